@@ -1,0 +1,60 @@
+# The one entry point for people and CI. Every target installs what it needs first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PYTHON ?= python3
+# The local cluster's state (kubeconfig, bin/, logs/); see roles/local_cluster.
+TAS_LOCAL_CLUSTER_DIR ?= $(HOME)/.local/state/tas-local-cluster
+
+export KUBECONFIG ?= $(TAS_LOCAL_CLUSTER_DIR)/kubeconfig
+export PATH := $(CURDIR)/$(VENV)/bin:$(TAS_LOCAL_CLUSTER_DIR)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+COLLECTION := collections/ansible_collections/intel/tas
+
+.PHONY: help venv cluster cluster-down demo test unit lint integration molecule bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+venv: $(VENV)/.installed ## Create the virtualenv with every pinned dependency
+
+$(VENV)/.installed: requirements.txt extender_app/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet ./extender_app
+	touch $@
+
+cluster: venv ## Bring the local cluster up (builds its binaries once, cached in ~/.cache)
+	ansible-playbook playbooks/cluster.yml
+
+cluster-down: venv ## Stop the local cluster and remove its state
+	ansible-playbook playbooks/cluster.yml -e cluster_state=absent
+
+demo: cluster ## Install everything on the local cluster and run the health-metric demo
+	ansible-playbook playbooks/site.yml
+	ansible-playbook playbooks/health_metric_demo.yml
+
+unit: venv ## Unit and API tests (no cluster needed)
+	pytest tests/unit tests/api
+
+lint: venv ## ansible-lint (production profile), collection build
+	ansible-lint --profile production
+	cd $(COLLECTION) && ansible-galaxy collection build --force --output-path $(CURDIR)/build >/dev/null
+
+integration: cluster ## Tests against the local cluster's real API server
+	pytest tests/integration
+
+molecule: venv ## The health-metric demo end to end: cluster up, converge, idempotence, verify, down
+	molecule test -s default
+
+test: unit lint integration molecule ## Everything CI runs
+
+bench: venv ## Benchmarks (not tests): writes bench/results and docs/performance.md
+	$(VENV)/bin/python -m bench
+
+clean: cluster-down ## Take the cluster down and remove build output
+	rm -rf build

@@ -1,0 +1,69 @@
+"""Fixtures shared by the test suites: the local cluster's kubeconfig and API clients."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+DEFAULT_CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
+
+
+def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.5):
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+            if result:
+                return result
+        except Exception as error:  # noqa: BLE001 - keep polling, report the last error
+            last_error = error
+        time.sleep(interval)
+    detail = f" (last error: {last_error})" if last_error else ""
+    pytest.fail(f"timed out after {timeout:.0f}s: {message}{detail}")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    """Admin kubeconfig of the running local cluster; fails (never skips) when it is not up."""
+    from kubernetes import client, config
+
+    path = os.environ.get("KUBECONFIG") or str(DEFAULT_CLUSTER_DIR / "kubeconfig")
+    if not pathlib.Path(path).exists():
+        pytest.fail(f"no kubeconfig at {path}: bring the local cluster up first (make cluster)")
+    api = config.new_client_from_config(config_file=path)
+    try:
+        body = client.ApisApi(api).api_client.call_api(
+            "/readyz", "GET", _preload_content=False, _request_timeout=5
+        )[0].data
+    except Exception as error:  # noqa: BLE001
+        pytest.fail(f"the API server of {path} does not answer /readyz: {error}")
+    assert body.strip() == b"ok", body
+    return path
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: str) -> Iterator[object]:
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(api_client) -> Iterator[str]:
+    """A fresh namespace for one test, deleted afterwards."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    name = f"tas-test-{os.getpid()}-{time.monotonic_ns() % 10**8}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
