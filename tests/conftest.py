@@ -32,20 +32,32 @@ def wait_for(condition: Callable[[], object], timeout: float, message: str, inte
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
     """Admin kubeconfig of the running local cluster; fails (never skips) when it is not up."""
-    from kubernetes import client, config
+    from kubernetes import config
 
     path = os.environ.get("KUBECONFIG") or str(DEFAULT_CLUSTER_DIR / "kubeconfig")
     if not pathlib.Path(path).exists():
         pytest.fail(f"no kubeconfig at {path}: bring the local cluster up first (make cluster)")
     api = config.new_client_from_config(config_file=path)
     try:
-        body = client.ApisApi(api).api_client.call_api(
-            "/readyz", "GET", _preload_content=False, _request_timeout=5
-        )[0].data
+        body = get_raw(api, "/readyz")
     except Exception as error:  # noqa: BLE001
         pytest.fail(f"the API server of {path} does not answer /readyz: {error}")
+    finally:
+        api.close()
     assert body.strip() == b"ok", body
     return path
+
+
+def get_raw(api, path: str) -> bytes:
+    """GET a path of the API server (like `kubectl get --raw`) and return the body."""
+    method, url, headers, body, _ = api.param_serialize(
+        "GET", path, auth_settings=["BearerToken"]
+    )
+    response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=10)
+    response.read()
+    if response.status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {response.status}: {response.data[:200]!r}")
+    return response.data
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
-from conftest import wait_for
+from conftest import get_raw, wait_for
 
 DEADLINE = 90
 
@@ -23,8 +24,7 @@ def running_pods(core: client.CoreV1Api, namespace: str) -> list[client.V1Pod]:
 
 
 def test_api_server_answers_readyz(api_client):
-    body = api_client.call_api("/readyz", "GET", _preload_content=False)[0].data
-    assert body == b"ok"
+    assert get_raw(api_client, "/readyz") == b"ok"
 
 
 def test_fake_nodes_are_ready_and_advertise_telemetry_scheduling(api_client):
@@ -33,7 +33,7 @@ def test_fake_nodes_are_ready_and_advertise_telemetry_scheduling(api_client):
     for node in nodes:
         assert is_ready(node), f"{node.metadata.name} is not Ready"
         assert not [t for t in node.spec.taints or [] if t.effect == "NoSchedule"], node.spec.taints
-        assert int(node.status.allocatable["telemetry/scheduling"]) > 0
+        assert parse_quantity(node.status.allocatable["telemetry/scheduling"]) > 0
 
 
 def test_deployment_pods_run_and_an_evicted_pod_is_replaced(api_client, namespace):
