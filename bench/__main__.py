@@ -1,0 +1,75 @@
+"""`make bench`: measure, then write bench/results/*.json and docs/performance.md with plots.
+
+Benchmarks report numbers; nothing here asserts a timing. Stages:
+  latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
+  throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes
+Run one stage with `python -m bench latency` (or `throughput`); the default runs both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+from dataclasses import asdict
+
+from bench import latency, report
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kib = int(next(line.split()[1] for line in
+                       pathlib.Path("/proc/meminfo").read_text().splitlines()
+                       if line.startswith("MemTotal")))
+    import fastapi, uvicorn, orjson  # noqa: E401 - versions for the record
+    return {
+        "cpu": cpu, "cores": len([l for l in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+                                  if l.startswith("processor")]),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1), "python": sys.version.split()[0],
+        "kernel": platform.release(), "fastapi": fastapi.__version__,
+        "uvicorn": uvicorn.__version__, "orjson": orjson.__version__,
+    }
+
+
+def run_latency(quick: bool) -> list[dict]:
+    samples = []
+    requests = {"node-names": 100 if quick else 500, "full-nodes": 10 if quick else 40}
+    for nodes in ([100, 1000] if quick else [100, 1000, 5000, 10000]):
+        samples += latency.measure(nodes, 1, ["node-names", "full-nodes"], [1, 8], requests)
+    # Cost against unrelated policies: NodeNames at 1000 nodes.
+    for policies in (10, 100):
+        samples += latency.measure(1000, policies, ["node-names"], [1], requests)
+    # The request Intel TAS was measured with: 421 full Node objects, and 3 nodes.
+    for nodes in (3, 421):
+        samples += latency.measure(nodes, 1, ["full-nodes", "node-names"], [1], requests)
+    return [asdict(s) for s in samples]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stages", nargs="*", default=["latency", "throughput"])
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and requests")
+    parser.add_argument("--nodes", type=int, default=1000, help="fake nodes for throughput")
+    parser.add_argument("--pods", type=int, default=1000)
+    args = parser.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=2))
+    if "latency" in args.stages:
+        (RESULTS / "latency.json").write_text(json.dumps(run_latency(args.quick), indent=2))
+    if "throughput" in args.stages:
+        subprocess.run([sys.executable, "-m", "bench.throughput_run", "--nodes", str(args.nodes),
+                        "--pods", str(args.pods), "--out", str(RESULTS / "throughput.json")],
+                       check=True, cwd=REPO)
+    report.write(RESULTS, REPO / "docs")
+
+
+if __name__ == "__main__":
+    main()

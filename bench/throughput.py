@@ -1,0 +1,215 @@
+"""Scheduling throughput on the local cluster: pods bound per second, with and without the extender.
+
+kube-scheduler is reconfigured for each mode (no extender; extender with NodeNames; extender
+with full Node objects; each with the default adaptive percentageOfNodesToScore and with 100)
+and restarted under supervisord; then a Deployment of N pods is created and the time until
+every pod has a node is measured from the API server's watch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+import yaml
+from kubernetes import client, config, watch
+
+CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
+NAMESPACE = "tas-bench"
+POLICY = "bench-policy"
+
+
+@dataclass
+class Mode:
+    name: str
+    extender: bool
+    node_cache_capable: bool
+    percentage_of_nodes_to_score: int | None
+
+
+MODES = [
+    Mode("no-extender", False, True, None),
+    Mode("node-names", True, True, None),
+    Mode("full-nodes", True, False, None),
+    Mode("no-extender-pct100", False, True, 100),
+    Mode("node-names-pct100", True, True, 100),
+    Mode("full-nodes-pct100", True, False, 100),
+]
+
+
+@dataclass
+class Result:
+    mode: str
+    pods: int
+    nodes: int
+    seconds: float
+    pods_per_second: float
+
+
+def scheduler_config(mode: Mode, extender_url: str, tls: dict[str, str]) -> dict:
+    cfg: dict = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": str(CLUSTER_DIR / "scheduler.kubeconfig"),
+            # Raised so that binding, not the API client, is never the limit.
+            "qps": 5000,
+            "burst": 10000,
+        },
+        "leaderElection": {"leaderElect": False},
+    }
+    if mode.percentage_of_nodes_to_score is not None:
+        cfg["percentageOfNodesToScore"] = mode.percentage_of_nodes_to_score
+    if mode.extender:
+        cfg["extenders"] = [
+            {
+                "urlPrefix": extender_url,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": 1,
+                "enableHTTPS": extender_url.startswith("https"),
+                "tlsConfig": tls,
+                "nodeCacheCapable": mode.node_cache_capable,
+                "httpTimeout": "30s",
+                "managedResources": [{"name": "telemetry/scheduling", "ignoredByScheduler": True}],
+                "ignorable": False,
+            }
+        ]
+    return cfg
+
+
+def restart_scheduler(supervisorctl: str) -> None:
+    conf = str(CLUSTER_DIR / "supervisord.conf")
+    subprocess.run([supervisorctl, "-c", conf, "restart", "kube-scheduler"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - keep polling until the deadline
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(what)
+
+
+def deployment(pods: int, with_extender: bool) -> client.V1Deployment:
+    labels = {"app": "bench"}
+    resources = None
+    if with_extender:
+        labels["telemetry-policy"] = POLICY
+        resources = client.V1ResourceRequirements(
+            limits={"telemetry/scheduling": "1"}, requests={"telemetry/scheduling": "1"}
+        )
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="bench"),
+        spec=client.V1DeploymentSpec(
+            replicas=pods,
+            selector=client.V1LabelSelector(match_labels={"app": "bench"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(
+                    containers=[client.V1Container(name="app", image="registry.example/bench:1",
+                                                   resources=resources)]
+                ),
+            ),
+        ),
+    )
+
+
+def measure(api: client.ApiClient, mode: Mode, pods: int) -> float:
+    """Create the Deployment and return seconds until every pod is bound to a node."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    bound: set[str] = set()
+    start = time.monotonic()
+    apps.create_namespaced_deployment(NAMESPACE, deployment(pods, mode.extender))
+    w = watch.Watch()
+    for event in w.stream(core.list_namespaced_pod, NAMESPACE, label_selector="app=bench",
+                          timeout_seconds=1800):
+        pod = event["object"]
+        if pod.spec.node_name:
+            bound.add(pod.metadata.name)
+        if len(bound) >= pods:
+            w.stop()
+    elapsed = time.monotonic() - start
+    apps.delete_namespaced_deployment("bench", NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector="app=bench").items,
+               600, "bench pods deleted")
+    return elapsed
+
+
+def ensure_namespace_and_policy(api: client.ApiClient, with_policy: bool) -> None:
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+    if not with_policy:
+        return
+    policy = {
+        "apiVersion": "telemetry.intel.com/v1alpha1",
+        "kind": "TASPolicy",
+        "metadata": {"name": POLICY, "namespace": NAMESPACE},
+        "spec": {"strategies": {
+            "dontschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals",
+                                        "target": 1}]},
+            "scheduleonmetric": {"rules": [{"metricname": "health_metric",
+                                            "operator": "LessThan"}]},
+        }},
+    }
+    custom = client.CustomObjectsApi(api)
+    try:
+        custom.create_namespaced_custom_object("telemetry.intel.com", "v1alpha1", NAMESPACE,
+                                               "taspolicies", policy)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--modes", default=",".join(m.name for m in MODES))
+    parser.add_argument("--extender-url", default="https://127.0.0.1:9001/scheduler")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
+    parser.add_argument("--tls-ca", default="")
+    parser.add_argument("--supervisorctl", default="supervisorctl")
+    parser.add_argument("--out", type=pathlib.Path, required=True)
+    args = parser.parse_args(argv)
+
+    api = config.new_client_from_config(config_file=str(CLUSTER_DIR / "kubeconfig"))
+    nodes = len(client.CoreV1Api(api).list_node(label_selector="type=kwok").items)
+    tls = {"certFile": args.tls_cert, "keyFile": args.tls_key, "caFile": args.tls_ca}
+    config_path = CLUSTER_DIR / "kube-scheduler" / "config.yaml"
+    original = config_path.read_text()
+    modes = [m for m in MODES if m.name in args.modes.split(",")]
+    ensure_namespace_and_policy(api, any(m.extender for m in modes))
+    results = []
+    try:
+        for mode in modes:
+            config_path.write_text(yaml.safe_dump(scheduler_config(mode, args.extender_url, tls)))
+            restart_scheduler(args.supervisorctl)
+            wait_until(lambda: subprocess.run(
+                ["curl", "-skf", "https://127.0.0.1:10259/healthz"], capture_output=True
+            ).returncode == 0, 60, "kube-scheduler healthy")
+            seconds = measure(api, mode, args.pods)
+            results.append(Result(mode.name, args.pods, nodes, round(seconds, 2),
+                                  round(args.pods / seconds, 1)))
+            print(json.dumps(asdict(results[-1])), flush=True)
+    finally:
+        config_path.write_text(original)
+        restart_scheduler(args.supervisorctl)
+    args.out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+
+
+if __name__ == "__main__":
+    main()
