@@ -1,0 +1,263 @@
+"""The TASPolicy controller: policy and node watches, node labels, policy status, events."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client, watch
+
+from tas_extender.engine import Engine
+from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, PolicyError, parse_policy
+from tas_extender.strategies import deschedule, labeling
+from tas_extender.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+# Which label keys on a node this controller set, so it can remove them when a policy is
+# edited or deleted, even across restarts.
+MANAGED_ANNOTATION = "telemetry.intel.com/managed-labels"
+STATUS_REFRESH_SECONDS = 60
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Callable,
+                   stop: threading.Event) -> None:
+    """List, then watch from the list's resourceVersion; re-list after 410 Gone or any error."""
+    while not stop.is_set():
+        try:
+            listing = list_fn()
+            items = listing["items"] if isinstance(listing, dict) else listing.items
+            version = (listing["metadata"]["resourceVersion"] if isinstance(listing, dict)
+                       else listing.metadata.resource_version)
+            on_list(items)
+            w = watch.Watch()
+            for event in w.stream(list_fn, resource_version=version, timeout_seconds=300,
+                                  allow_watch_bookmarks=True):
+                if stop.is_set():
+                    w.stop()
+                    return
+                if event["type"] == "ERROR":
+                    break
+                if event["type"] != "BOOKMARK":
+                    on_event(event["type"], event["object"])
+        except client.ApiException as error:
+            if error.status != 410:
+                log.warning("%s watch: %s; re-listing", name, error.reason)
+                stop.wait(1)
+        except Exception as error:  # noqa: BLE001 - API server restarts: back off and re-list
+            log.warning("%s watch: %s; re-listing", name, error)
+            stop.wait(1)
+
+
+class Controller:
+    def __init__(self, api_client, engine: Engine, telemetry: Telemetry,
+                 is_leader: Callable[[], bool] = lambda: True):
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.engine = engine
+        self.store = engine.store
+        self.telemetry = telemetry
+        self.is_leader = is_leader
+        self.nodes: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # name -> (labels, annotations)
+        self._nodes_lock = threading.Lock()
+        self._objects: dict[str, dict] = {}  # policy key -> last object seen
+        self._status_written: dict[str, tuple[object, float]] = {}
+        self._events_sent: set[tuple[str, int, str]] = set()
+        self.nodes_synced = False
+        self.stop = threading.Event()
+
+    # --- policies -----------------------------------------------------------------------
+
+    def _accept(self, obj: dict) -> None:
+        meta = obj.get("metadata", {})
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self._objects[key] = obj
+        try:
+            policy = parse_policy(obj)
+        except PolicyError as error:
+            log.warning("policy %s is invalid: %s", key, error)
+            self.store.put_invalid(key, error)
+            return
+        log.info("registering policy %s (%s)", key,
+                 " ".join(s for s in ("scheduleonmetric", "dontschedule", "deschedule", "labeling")
+                          if policy.strategy(s)))
+        self.store.put(policy)
+
+    def _on_policy_list(self, items: list[dict]) -> None:
+        self._objects.clear()
+        valid, invalid = [], {}
+        for obj in items:
+            meta = obj.get("metadata", {})
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            self._objects[key] = obj
+            try:
+                valid.append(parse_policy(obj))
+            except PolicyError as error:
+                invalid[key] = error
+        self.store.replace_all(valid, invalid)
+
+    def _on_policy_event(self, kind: str, obj: dict) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata", {})
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            log.info("removing policy %s", key)
+            self._objects.pop(key, None)
+            self._status_written.pop(key, None)
+            self.store.delete(key)
+        else:
+            self._accept(obj)
+
+    def _list_policies(self, **kwargs):
+        return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+    # --- nodes --------------------------------------------------------------------------
+
+    def _node_entry(self, node) -> tuple[dict[str, str], dict[str, str]]:
+        return dict(node.metadata.labels or {}), dict(node.metadata.annotations or {})
+
+    def _on_node_list(self, items) -> None:
+        with self._nodes_lock:
+            self.nodes = {n.metadata.name: self._node_entry(n) for n in items}
+        self.nodes_synced = True
+        self.engine.known_nodes = set(self.nodes)
+        self.engine.rebuild()
+
+    def _on_node_event(self, kind: str, node) -> None:
+        with self._nodes_lock:
+            if kind == "DELETED":
+                self.nodes.pop(node.metadata.name, None)
+            else:
+                self.nodes[node.metadata.name] = self._node_entry(node)
+        if kind != "MODIFIED":
+            self.engine.known_nodes = set(self.nodes)
+
+    def start(self, policies: bool = True) -> None:
+        """Start the watches: nodes always, policies unless they come from files."""
+        watches = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
+        if policies:
+            watches.append(("policy", self._list_policies, self._on_policy_list, self._on_policy_event))
+        for name, list_fn, on_list, on_event in watches:
+            threading.Thread(target=_watch_forever, name=f"{name}-watch", daemon=True,
+                             args=(name, list_fn, on_list, on_event, self.stop)).start()
+
+    # --- reconciliation -----------------------------------------------------------------
+
+    def desired_labels(self) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+        """node -> labels every valid policy wants there, and policy key -> violating nodes."""
+        snapshot = self.engine.view.snapshot
+        with self._nodes_lock:
+            names = sorted(self.nodes)
+        desired: dict[str, dict[str, str]] = {n: {} for n in names}
+        violating: dict[str, list[str]] = {}
+        for policy in self.store.policies():
+            bad = deschedule.violating_nodes(policy, snapshot, names)
+            violating[policy.key] = bad
+            for node in bad:
+                desired[node][deschedule.label_key(policy)] = deschedule.VIOLATING
+            for node, labels in labeling.node_labels(policy, snapshot, names).items():
+                desired[node].update(labels)
+        return desired, violating
+
+    def reconcile(self) -> None:
+        """Patch the nodes whose labels must change, then write policy status and events."""
+        desired, violating = self.desired_labels()
+        for node, want in desired.items():
+            with self._nodes_lock:
+                entry = self.nodes.get(node)
+            if entry is None:
+                continue
+            have, annotations = entry
+            managed = {k for k in annotations.get(MANAGED_ANNOTATION, "").split(",") if k}
+            changes: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
+            changes.update({k: None for k in managed - set(want) if k in have})
+            new_managed = ",".join(sorted(want))
+            if not changes and new_managed == ",".join(sorted(managed)):
+                continue
+            body = {"metadata": {"labels": changes,
+                                 "annotations": {MANAGED_ANNOTATION: new_managed or None}}}
+            try:
+                self.core.patch_node(node, body)
+            except client.ApiException as error:
+                log.warning("patching labels of node %s: %s", node, error.reason)
+                continue
+            self.telemetry.label_patches.inc()
+            for key, value in changes.items():
+                if value == deschedule.VIOLATING:
+                    log.info("%s violating : labelled %s=%s", node, key, value)
+                elif value is None:
+                    log.info("%s: removed label %s", node, key)
+                else:
+                    log.info("%s: labelled %s=%s", node, key, value)
+            with self._nodes_lock:  # until the watch catches up, assume the patch applied
+                labels = {k: v for k, v in {**have, **changes}.items() if v is not None}
+                self.nodes[node] = (labels, {**annotations, MANAGED_ANNOTATION: new_managed})
+        for key, nodes in violating.items():
+            self.telemetry.violating.labels(key).set(len(nodes))
+        self._write_statuses(violating)
+
+    def _write_statuses(self, violating: dict[str, list[str]]) -> None:
+        now = time.monotonic()
+        invalid = self.store.invalid()
+        for key, obj in list(self._objects.items()):
+            meta = obj.get("metadata", {})
+            generation = int(meta.get("generation") or 0)
+            error = invalid.get(key)
+            if error is not None:
+                condition = {"type": "Valid", "status": "False", "reason": "InvalidPolicy",
+                             "message": f"{error.field}: {error.reason}"}
+                self._event(obj, generation, condition["message"])
+            elif self.store.get(meta.get("namespace"), meta.get("name")):
+                condition = {"type": "Valid", "status": "True", "reason": "Accepted",
+                             "message": "policy is valid and in use"}
+            else:
+                continue
+            nodes = violating.get(key, [])
+            content = (condition["status"], condition["message"], tuple(nodes), generation)
+            last = self._status_written.get(key)
+            if last and last[0] == content and now - last[1] < STATUS_REFRESH_SECONDS:
+                continue
+            old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+            previous = old.get("Valid")
+            condition["lastTransitionTime"] = (
+                previous["lastTransitionTime"]
+                if previous and previous.get("status") == condition["status"] and previous.get("lastTransitionTime")
+                else _now_iso())
+            condition["observedGeneration"] = generation
+            status = {"conditions": [condition], "violatingNodes": nodes,
+                      "lastEvaluated": _now_iso(), "observedGeneration": generation}
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status})
+            except client.ApiException as error:
+                if error.status != 404:
+                    log.warning("writing status of %s: %s", key, error.reason)
+                continue
+            obj["status"] = status
+            self._status_written[key] = (content, now)
+
+    def _event(self, obj: dict, generation: int, message: str) -> None:
+        meta = obj["metadata"]
+        marker = (f"{meta['namespace']}/{meta['name']}", generation, message)
+        if marker in self._events_sent:
+            return
+        now = datetime.datetime.now(datetime.timezone.utc)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"],
+                namespace=meta["namespace"], uid=meta.get("uid")),
+            reason="InvalidPolicy", message=message, type="Warning",
+            first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component="tas-extender"))
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+            self._events_sent.add(marker)
+        except client.ApiException as error:
+            log.warning("recording event for %s: %s", marker[0], error.reason)

@@ -1,0 +1,68 @@
+"""Decisions for the scheduler's requests, from the policy store and the latest snapshot.
+
+The dontschedule verdict of every known node is computed once per sync (or policy change),
+so a request costs a dictionary lookup per node; scores depend on the candidate set and are
+computed per request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tas_extender.cache import MetricCache
+from tas_extender.metrics import Snapshot
+from tas_extender.policy import Policy
+from tas_extender.store import PolicyStore
+from tas_extender.strategies import dontschedule, scheduleonmetric
+
+POLICY_LABEL = "telemetry-policy"
+
+
+@dataclass(frozen=True)
+class View:
+    snapshot: Snapshot = field(default_factory=Snapshot)
+    evaluated: frozenset[str] = frozenset()
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # policy key -> node -> reason
+
+
+class Engine:
+    def __init__(self, store: PolicyStore, cache: MetricCache, fail_closed: bool = False):
+        self.store = store
+        self.cache = cache
+        self.fail_closed = fail_closed
+        self.known_nodes: set[str] = set()  # from the node watch, when there is a cluster
+        self.view = View()
+        self._lock = threading.Lock()
+        store.listeners.append(self.rebuild)
+
+    def rebuild(self) -> View:
+        with self._lock:
+            snapshot = self.cache.snapshot
+            nodes = frozenset(snapshot.nodes | self.known_nodes)
+            failed = {p.key: dontschedule.failed_nodes(p, snapshot, nodes, self.fail_closed)
+                      for p in self.store.policies() if p.strategy("dontschedule")}
+            self.view = View(snapshot, nodes, failed)
+            return self.view
+
+    def policy_for(self, pod_metadata: dict) -> Policy | None:
+        """The pod's policy: named by its telemetry-policy label, in its namespace."""
+        name = (pod_metadata.get("labels") or {}).get(POLICY_LABEL)
+        if not name:
+            return None
+        return self.store.get(pod_metadata.get("namespace") or "default", name)
+
+    def failed(self, policy: Policy, nodes: Sequence[str]) -> dict[str, str]:
+        view = self.view
+        table = view.failed.get(policy.key)
+        if table is None:
+            return {}
+        result = {n: table[n] for n in nodes if n in table}
+        unknown = [n for n in nodes if n not in view.evaluated]
+        if unknown:
+            result.update(dontschedule.failed_nodes(policy, view.snapshot, unknown, self.fail_closed))
+        return result
+
+    def scores(self, policy: Policy, nodes: Sequence[str]) -> dict[str, int]:
+        return scheduleonmetric.scores(policy, self.view.snapshot, nodes)

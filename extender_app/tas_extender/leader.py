@@ -1,0 +1,86 @@
+"""Leader election with a coordination.k8s.io/v1 Lease: only the leader writes labels and status."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+
+from kubernetes import client
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class LeaseElector:
+    def __init__(self, api_client, namespace: str, name: str, identity: str,
+                 lease_seconds: int = 15, renew_seconds: float = 5.0):
+        self.api = client.CoordinationV1Api(api_client)
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
+        self.is_leader = False
+        self._stop = threading.Event()
+
+    def _spec(self, acquired: datetime.datetime | None, transitions: int) -> client.V1LeaseSpec:
+        now = _now()
+        return client.V1LeaseSpec(holder_identity=self.identity, lease_duration_seconds=self.lease_seconds,
+                                  acquire_time=acquired or now, renew_time=now,
+                                  lease_transitions=transitions)
+
+    def try_acquire(self) -> bool:
+        """One round: create, renew or take over the Lease; returns whether we lead."""
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+            body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
+                                  spec=self._spec(None, 0))
+            try:
+                self.api.create_namespaced_lease(self.namespace, body)
+                return True
+            except client.ApiException as create_error:
+                if create_error.status == 409:
+                    return False
+                raise
+        spec = lease.spec
+        holder = spec.holder_identity
+        renewed = spec.renew_time or spec.acquire_time
+        duration = spec.lease_duration_seconds or self.lease_seconds
+        expired = renewed is None or (_now() - renewed).total_seconds() > duration
+        if holder != self.identity and not expired:
+            return False
+        transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
+        acquired = spec.acquire_time if holder == self.identity else None
+        lease.spec = self._spec(acquired, transitions)
+        try:  # replace carries resourceVersion: a concurrent writer makes this fail with 409
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+        except client.ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                leading = self.try_acquire()
+            except Exception as error:  # noqa: BLE001 - an unreachable API server means not leading
+                log.warning("leader election: %s", error)
+                leading = False
+            if leading != self.is_leader:
+                log.info("%s leadership of lease %s/%s", "acquired" if leading else "lost",
+                         self.namespace, self.name)
+            self.is_leader = leading
+            self._stop.wait(self.renew_seconds)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,1 @@
+"""The four TAS strategies, each a pure function of (policy, snapshot, nodes)."""

@@ -1,0 +1,35 @@
+"""The extender's own Prometheus metrics, on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "tas_extender_request_duration_seconds", "Time to answer a scheduler request",
+            ["verb"], registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.decisions = Counter(
+            "tas_extender_decisions_total", "Nodes passed or failed by filter, and nodes scored",
+            ["verb", "result"], registry=self.registry)
+        self.bad_requests = Counter(
+            "tas_extender_bad_requests_total", "Requests refused with a 4xx", ["verb", "status"],
+            registry=self.registry)
+        self.violating = Gauge(
+            "tas_extender_violating_nodes", "Nodes violating a policy's deschedule strategy",
+            ["policy"], registry=self.registry)
+        self.metric_age = Gauge(
+            "tas_extender_metric_age_seconds", "Age of the newest sample of each metric",
+            ["metric"], registry=self.registry)
+        self.source_up = Gauge(
+            "tas_extender_metric_source_up", "1 when the last fetch from the metric source worked",
+            ["source"], registry=self.registry)
+        self.policies = Gauge(
+            "tas_extender_policies", "Policies known to the extender", ["state"],
+            registry=self.registry)
+        self.label_patches = Counter(
+            "tas_extender_node_label_patches_total", "Node label patches sent by the controller",
+            registry=self.registry)
