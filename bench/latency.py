@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -88,6 +89,13 @@ def make_certs(directory: pathlib.Path) -> None:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         _write(directory / name, key, builder.sign(ca_key, hashes.SHA256()))
+
+
+def client_context(directory: pathlib.Path, ca: pathlib.Path | None = None) -> ssl.SSLContext:
+    """A client TLS context presenting directory's client certificate and trusting `ca`."""
+    context = ssl.create_default_context(cafile=str(ca or directory / "ca.crt"))
+    context.load_cert_chain(str(directory / "client.crt"), str(directory / "client.key"))
+    return context
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -164,8 +172,7 @@ class Server:
              "--cacert", str(certs / "ca.crt"), "--policy-file", str(policies),
              "--metrics-file", str(metrics), "--log-level", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client_args = dict(cert=(str(certs / "client.crt"), str(certs / "client.key")),
-                                verify=str(certs / "ca.crt"), timeout=120)
+        self.client_args = dict(verify=client_context(certs), timeout=120)
         self.url = f"https://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         with httpx.Client(**self.client_args) as c:

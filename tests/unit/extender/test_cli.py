@@ -1,0 +1,79 @@
+"""The command line: evaluate's JSON document, crd, and flag checks."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tas_extender.cli import duration
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tas_extender.cli", *args], capture_output=True, text=True)
+
+
+def test_evaluate_prints_the_decision_document():
+    result = run("evaluate", "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+                 "--metrics-file", str(FIXTURES / "health.prom"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    decision = doc["policies"]["health-metric-demo/demo-policy"]
+    assert set(decision) == {"filter", "scores", "violating", "labels"}
+    assert decision["filter"]["node-1"] == {"passed": True, "reason": ""}
+    assert decision["filter"]["node-2"]["passed"] is False
+    assert decision["scores"] == {"node-1": 10, "node-2": 5, "node-3": 0}
+    assert decision["violating"] == ["node-3"]
+    assert decision["labels"] == {"node-3": {"demo-policy": "violating"}}
+
+
+def test_evaluate_labels_of_the_four_strategy_policy(tmp_path):
+    metrics = tmp_path / "m.prom"
+    metrics.write_text('node_metric{node="a"} 150\nnode_metric{node="b"} -1\nnode_metric{node="c"} 50\n')
+    result = run("evaluate", "--policy-file", str(FIXTURES / "policies" / "scheduling-policy.yaml"),
+                 "--metrics-file", str(metrics))
+    decision = json.loads(result.stdout)["policies"]["default/scheduling-policy"]
+    assert decision["labels"] == {
+        "a": {"telemetry.aware.scheduling.scheduling-policy/label1": "foo",
+              "telemetry.aware.scheduling.scheduling-policy/label2": "bar"},
+        "b": {"scheduling-policy": "violating"},
+    }
+    assert [n for n, f in decision["filter"].items() if not f["passed"]] == ["b"]
+
+
+def test_evaluate_refuses_an_invalid_policy_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: TASPolicy\nmetadata: {name: x}\nspec: {strategies: {dontschedule: {rules: []}}}\n")
+    result = run("evaluate", "--policy-file", str(bad), "--metrics-file", str(FIXTURES / "health.prom"))
+    assert result.returncode == 1
+    assert "spec.strategies.dontschedule.rules" in result.stderr
+
+
+def test_crd_prints_a_custom_resource_definition():
+    result = run("crd")
+    assert yaml.safe_load(result.stdout)["kind"] == "CustomResourceDefinition"
+
+
+def test_serve_without_certificates_refuses_to_start():
+    result = run("serve", "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+                 "--metrics-file", str(FIXTURES / "health.prom"))
+    assert result.returncode == 2
+    assert "--cert, --key and --cacert are required" in result.stderr
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5s", 5), ("1m30s", 90), ("500ms", 0.5), ("2", 2), ("1h", 3600)])
+def test_durations_accept_go_style_and_plain_seconds(text, seconds):
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-1", "0", "5x"])
+def test_bad_durations_are_refused(text):
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
