@@ -1,0 +1,151 @@
+"""The TASPolicy controller against the local cluster's real API server.
+
+The extender runs as users run it (`tas-extender serve --kubeconfig ...`), with metrics from a
+file the test writes, so the test controls what each node reports.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+from kubernetes import client
+
+from conftest import wait_for
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from bench.latency import free_port  # noqa: E402
+
+GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
+DEADLINE = 30
+NODES = ["node-1", "node-2", "node-3"]
+
+
+@pytest.fixture(scope="module")
+def crd(api_client):
+    manifest = yaml.safe_load(subprocess.run(
+        [str(pathlib.Path(sys.executable).with_name("tas-extender")), "crd"],
+        capture_output=True, text=True, check=True).stdout)
+    ext = client.ApiextensionsV1Api(api_client)
+    try:
+        ext.create_custom_resource_definition(manifest)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(manifest["metadata"]["name"])
+        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(manifest["metadata"]["name"], manifest)
+    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
+                         ext.read_custom_resource_definition(manifest["metadata"]["name"]).status.conditions or []),
+             DEADLINE, "CRD established")
+    return manifest
+
+
+class Metrics:
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.set({n: 0 for n in NODES})
+
+    def set(self, values: dict[str, float], metric: str = "health_metric") -> None:
+        self.path.write_text("".join(f'{metric}{{node="{n}"}} {v}\n' for n, v in values.items()))
+
+
+@pytest.fixture
+def extender(kubeconfig, crd, tmp_path, namespace):
+    metrics = Metrics(tmp_path / "metrics.prom")
+    port = free_port()
+    log = (tmp_path / "extender.log").open("w")
+    proc = subprocess.Popen(
+        [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
+         "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
+         "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
+        stdout=log, stderr=subprocess.STDOUT)
+    import httpx
+    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "extender ready")
+    yield metrics
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+def node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
+    return {n: core.read_node(n).metadata.labels or {} for n in NODES}
+
+
+def create_policy(custom, namespace: str, name: str, strategies: dict) -> dict:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TASPolicy",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"strategies": strategies}}
+    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+DESCHEDULE_AND_LABEL = {
+    "deschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 2}]},
+    "labeling": {"rules": [{"metricname": "health_metric", "operator": "GreaterThan", "target": 0,
+                            "labels": ["health=bad"]}]},
+}
+
+
+def test_labels_follow_metrics_policy_edits_and_deletion(api_client, extender, namespace):
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    name = f"ctl-{uuid.uuid4().hex[:6]}"
+    label_key = f"telemetry.aware.scheduling.{name}/health"
+    create_policy(custom, namespace, name, DESCHEDULE_AND_LABEL)
+
+    extender.set({"node-1": 0, "node-2": 2, "node-3": 0})
+    labels = wait_for(lambda: (l := node_labels(core))["node-2"].get(name) == "violating" and l,
+                      DEADLINE, "node-2 labelled violating")
+    assert labels["node-2"][label_key] == "bad"
+    assert name not in labels["node-1"] and name not in labels["node-3"]
+
+    status = wait_for(lambda: (s := custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name).get("status")) and s.get("violatingNodes") == ["node-2"] and s,
+        DEADLINE, "status lists node-2")
+    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "True" and status["lastEvaluated"]
+
+    extender.set({"node-1": 0, "node-2": 0, "node-3": 0})
+    wait_for(lambda: name not in node_labels(core)["node-2"] and label_key not in node_labels(core)["node-2"],
+             DEADLINE, "node-2 labels removed when it recovers")
+
+    # An edited rule: now 1 is bad for deschedule; node-3 reports 1.
+    extender.set({"node-1": 0, "node-2": 2, "node-3": 1})
+    wait_for(lambda: node_labels(core)["node-2"].get(name) == "violating", DEADLINE, "node-2 violating again")
+    custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"strategies": {
+        "deschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 1}]}}}})
+    wait_for(lambda: (l := node_labels(core))["node-3"].get(name) == "violating" and name not in l["node-2"],
+             DEADLINE, "labels follow the edited rule")
+
+    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    wait_for(lambda: not any(k == name or k.startswith(f"telemetry.aware.scheduling.{name}/")
+                             for labels in node_labels(core).values() for k in labels),
+             DEADLINE, "every label of the deleted policy removed")
+
+
+def test_invalid_policy_gets_a_condition_and_an_event_naming_the_field(api_client, extender, namespace):
+    custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    # The schema cannot say that a labeling rule needs labels, or what a label key may contain.
+    create_policy(custom, namespace, name, {"labeling": {"rules": [
+        {"metricname": "health_metric", "operator": "GreaterThan", "target": 0, "labels": ["bad key=x"]}]}})
+    status = wait_for(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+                      .get("status"), DEADLINE, "status written")
+    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
+    assert valid["status"] == "False"
+    assert "spec.strategies.labeling.rules[0].labels" in valid["message"]
+    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
+                               if e.involved_object.name == name and e.reason == "InvalidPolicy"],
+                      DEADLINE, "InvalidPolicy event")
+    assert "not a valid label name" in events[0].message
+
+
+def test_the_api_server_rejects_what_the_schema_can_say(api_client, crd, namespace):
+    custom = client.CustomObjectsApi(api_client)
+    with pytest.raises(client.ApiException) as caught:
+        create_policy(custom, namespace, "rejected", {"dontschedule": {"rules": [
+            {"metricname": "health_metric", "operator": "Above", "target": 1}]}})
+    assert caught.value.status == 422
+    assert "operator" in caught.value.body and "Above" in caught.value.body
