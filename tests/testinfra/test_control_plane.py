@@ -10,7 +10,7 @@ testinfra_hosts = ["ansible://control_plane"]
 
 
 def test_prometheus_scrapes_every_node_with_its_node_label(host, var):
-    body = host.run(f"curl -sf http://{var('prometheus_listen_address', '127.0.0.1:9090')}/api/v1/targets?state=active")
+    body = host.run(f"curl -sf 'http://{var('prometheus_listen_address', '127.0.0.1:9090')}/api/v1/targets?state=active'")
     assert body.rc == 0
     targets = [t for t in json.loads(body.stdout)["data"]["activeTargets"] if t["labels"]["job"] == "tas-node-exporter"]
     assert sorted(t["labels"]["node"] for t in targets) == ["node-1", "node-2", "node-3"]
