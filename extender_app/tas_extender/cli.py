@@ -52,6 +52,13 @@ def load_policy_files(paths: list[str]) -> tuple[list, dict[str, PolicyError]]:
     return valid, invalid
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Indents list items under their key, as yamllint and most Kubernetes manifests do."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False):
+        return super().increase_indent(flow, False)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tas-extender", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tas-extender {__version__}")
@@ -218,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "crd":
         from tas_extender.crd import crd
 
-        sys.stdout.write(yaml.safe_dump(crd(), sort_keys=False))
+        sys.stdout.write(yaml.dump(crd(), Dumper=_IndentedDumper, sort_keys=False))
         return 0
     if args.command == "evaluate":
         from tas_extender.evaluate import evaluate

@@ -77,3 +77,9 @@ def test_bad_durations_are_refused(text):
     import argparse
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)
+
+
+def test_the_collection_ships_exactly_the_crd_the_model_generates():
+    shipped = (pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel"
+               / "tas" / "roles" / "extender" / "files" / "taspolicy-crd.yaml").read_text()
+    assert shipped.split("\n", 1)[1] == run("crd").stdout, "regenerate it: tas-extender crd"
