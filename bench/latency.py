@@ -104,14 +104,14 @@ def node_names(count: int) -> list[str]:
     return [f"node-{i}" for i in range(1, count + 1)]
 
 
-def write_policies(path: pathlib.Path, count: int) -> None:
+def write_policies(path: pathlib.Path, count: int, namespace: str = "health-metric-demo") -> None:
     """`count` policies; the first is the one the pods use, with several rules and metrics."""
     docs = []
     for i in range(count):
-        name = "bench-policy" if i == 0 else f"unrelated-{i}"
+        name = "demo-policy" if i == 0 else f"unrelated-{i}"  # the fixture pod names demo-policy
         docs.append({
             "apiVersion": "telemetry.intel.com/v1alpha1", "kind": "TASPolicy",
-            "metadata": {"name": name, "namespace": "health-metric-demo"},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {"strategies": {
                 "dontschedule": {"rules": [
                     {"metricname": "health_metric", "operator": "Equals", "target": 1},

@@ -3,7 +3,7 @@
 TAS ranked nodes (10, 9, 8, ... and negative past 11 nodes) and used only the first rule.
 Here every rule counts: each gives 0..10 by where the node's value lies between the best and
 the worst candidate (LessThan: lower is better; GreaterThan: higher is better; Equals: 10 when
-equal to the target, else 0), and a node's score is the mean over the rules, rounded. Equal
+equal to the target, else 0), and a node's score is the mean over the rules, rounded half up. Equal
 values score equally; when every candidate has the same value they all score 10; a node
 without the metric scores 0 for that rule.
 """
@@ -41,5 +41,7 @@ def scores(policy: Policy, snapshot: Snapshot, nodes: Sequence[str]) -> dict[str
     if strategy is None or not nodes:
         return dict.fromkeys(nodes, 0)
     per_rule = [_rule_scores(rule, snapshot, nodes) for rule in strategy.rules]
+    if len(per_rule) == 1:  # the common case, without the per-node averaging
+        return {node: int(score + 0.5) for node, score in zip(nodes, per_rule[0])}
     count = len(per_rule)
-    return {node: int(round(sum(column) / count)) for node, column in zip(nodes, zip(*per_rule))}
+    return {node: int(sum(column) / count + 0.5) for node, column in zip(nodes, zip(*per_rule))}
