@@ -3,7 +3,8 @@
 Benchmarks report numbers; nothing here asserts a timing. Stages:
   latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
   throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes
-Run one stage with `python -m bench latency` (or `throughput`); the default runs both.
+Run one stage with `python -m bench latency` (or `throughput`); the default runs both;
+`python -m bench report` only rewrites the report from the results already there.
 """
 
 from __future__ import annotations

@@ -149,3 +149,48 @@ def test_the_api_server_rejects_what_the_schema_can_say(api_client, crd, namespa
             {"metricname": "health_metric", "operator": "Above", "target": 1}]}})
     assert caught.value.status == 422
     assert "operator" in caught.value.body and "Above" in caught.value.body
+
+
+def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kubeconfig, crd, tmp_path, namespace):
+    import httpx
+
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    coordination = client.CoordinationV1Api(api_client)
+    metrics = Metrics(tmp_path / "metrics.prom")
+    replicas = []
+    for i in range(2):
+        port = free_port()
+        log = (tmp_path / f"replica-{i}.log").open("w")
+        proc = subprocess.Popen(
+            [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
+             "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
+             "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
+            stdout=log, stderr=subprocess.STDOUT)
+        replicas.append((proc, port))
+    try:
+        for _, port in replicas:
+            wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "replica ready")
+        holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
+                          DEADLINE, "a leader holds the Lease")
+        leader = next(i for i, (proc, _) in enumerate(replicas) if holder.endswith(f"-{proc.pid}"))
+
+        name = f"ha-{uuid.uuid4().hex[:6]}"
+        create_policy(custom, namespace, name, DESCHEDULE_AND_LABEL)
+        metrics.set({"node-1": 2, "node-2": 0, "node-3": 0})
+        wait_for(lambda: node_labels(core)["node-1"].get(name) == "violating", DEADLINE, "leader labels node-1")
+
+        replicas[leader][0].kill()  # no chance to release the Lease: the other must wait it out
+        follower_port = replicas[1 - leader][1]
+        metrics.set({"node-1": 0, "node-2": 0, "node-3": 2})
+        # The follower serves the scheduler all along ...
+        assert httpx.get(f"http://127.0.0.1:{follower_port}/healthz").status_code == 200
+        # ... and takes over label writing once the Lease (15 s) expires.
+        wait_for(lambda: (l := node_labels(core))["node-3"].get(name) == "violating" and name not in l["node-1"],
+                 DEADLINE + 15, "the follower takes over and relabels")
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        wait_for(lambda: not any(k == name for labels in node_labels(core).values() for k in labels),
+                 DEADLINE, "labels removed after the policy is deleted")
+    finally:
+        for proc, _ in replicas:
+            proc.kill()
+            proc.wait(10)
