@@ -46,7 +46,7 @@ options:
     type: str
     default: "0644"
 author:
-  - Telemetry-aware scheduling maintainers
+  - Telemetry-aware scheduling maintainers (@tas-maintainers)
 """
 
 EXAMPLES = r"""
