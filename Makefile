@@ -44,7 +44,7 @@ unit: venv ## Unit and API tests (no cluster needed)
 lint: venv ## ansible-lint (production profile), ansible-test sanity, collection build
 	ansible-lint --profile production
 	@# ansible-test downloads a pip bootstrap script from a host this machine may not reach.
-	install -D -m 0644 tests/sanity/get_pip_offline.py $(HOME)/.ansible/test/cache/get_pip_24_2.py
+	[ -f $(HOME)/.ansible/test/cache/get_pip_24_2.py ] || install -D -m 0644 tests/sanity/get_pip_offline.py $(HOME)/.ansible/test/cache/get_pip_24_2.py
 	cd $(COLLECTION) && ansible-test sanity --local --python 3.11
 	cd $(COLLECTION) && ansible-galaxy collection build --force --output-path $(CURDIR)/build >/dev/null
 
