@@ -98,4 +98,41 @@ def write(results: pathlib.Path, docs: pathlib.Path) -> None:
                 f"![throughput]({_throughput_plot(throughput, img)})", "",
                 _table(throughput, ["mode", "nodes", "pods", "seconds", "pods_per_second",
                                     "ratio_to_no_extender"]), ""]
+    out += _targets(latency, throughput)
     (docs / "performance.md").write_text("\n".join(out))
+
+
+def _find(samples: list[dict], **match) -> dict | None:
+    return next((s for s in samples if all(s.get(k) == v for k, v in match.items())), None)
+
+
+def _targets(latency: list[dict], throughput: list[dict]) -> list[str]:
+    """The benchmark issue's targets against the measured figures; a miss says so."""
+    rows = []
+
+    def row(target: str, measured, ok: bool | None) -> None:
+        verdict = "n/a" if ok is None else ("met" if ok else "MISSED")
+        rows.append({"target": target, "measured": measured, "verdict": verdict})
+
+    names = {r["mode"]: r["pods_per_second"] for r in throughput}
+    if "node-names" in names and "no-extender" in names:
+        ratio = round(names["node-names"] / names["no-extender"], 2)
+        row("NodeNames throughput >= 0.8 of no extender (1000 nodes)", ratio, ratio >= 0.8)
+    s = _find(latency, verb="filter", mode="node-names", nodes=5000, concurrency=1, policies=1)
+    if s:
+        row("NodeNames filter p99 < 3 ms at 5000 nodes, concurrency 1, mTLS", f"{s['p99_ms']} ms", s["p99_ms"] < 3)
+    s = _find(latency, verb="filter", mode="full-nodes", nodes=5000, concurrency=1, policies=1)
+    if s:
+        row("Full Nodes filter p99 < 150 ms at 5000 nodes", f"{s['p99_ms']} ms", s["p99_ms"] < 150)
+    for (verb, nodes), ref in TAS_REFERENCE.items():
+        s = _find(latency, verb=verb, mode="full-nodes", nodes=nodes, concurrency=1, policies=1)
+        if s:
+            ratio = round(s["p99_ms"] / ref["p99_ms"], 2)
+            row(f"{verb} p99 at most half of TAS's ({nodes} full nodes)", ratio, ratio <= 0.5)
+    peak = max((s["server_peak_rss_mib"] for s in latency if s["mode"] == "node-names"), default=None)
+    if peak is not None:
+        row("Extender resident memory < 150 MiB (NodeNames, up to 10000 nodes, 100 policies at 1000)",
+            f"{peak} MiB", peak < 150)
+    if not rows:
+        return []
+    return ["## Targets", "", _table(rows, ["target", "measured", "verdict"]), ""]
