@@ -43,3 +43,11 @@ def test_extender_answers_only_with_a_client_certificate(host, var):
     assert with_cert.rc == 0 and json.loads(with_cert.stdout)["status"] == "ready"
     without = host.run(f"curl -sf --cacert {var('extender_cacert')} {url}")
     assert without.rc != 0
+
+
+def test_the_extender_s_prometheus_source_reads_every_node(var):
+    from tas_extender.sources.prometheus import PrometheusSource
+
+    url = f"http://{var('prometheus_listen_address', '127.0.0.1:9090')}"
+    samples = PrometheusSource(url).fetch({"health_metric"})
+    assert sorted(samples["health_metric"]) == ["node-1", "node-2", "node-3"]
