@@ -20,7 +20,6 @@ from kubernetes import client, config, watch
 
 CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
 NAMESPACE = "tas-bench"
-POLICY = "bench-policy"
 
 
 @dataclass
@@ -145,30 +144,9 @@ def measure(api: client.ApiClient, mode: Mode, pods: int) -> float:
     return elapsed
 
 
-def ensure_namespace_and_policy(api: client.ApiClient, with_policy: bool) -> None:
-    core = client.CoreV1Api(api)
+def ensure_namespace(api: client.ApiClient) -> None:
     try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-    if not with_policy:
-        return
-    policy = {
-        "apiVersion": "telemetry.intel.com/v1alpha1",
-        "kind": "TASPolicy",
-        "metadata": {"name": POLICY, "namespace": NAMESPACE},
-        "spec": {"strategies": {
-            "dontschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals",
-                                        "target": 1}]},
-            "scheduleonmetric": {"rules": [{"metricname": "health_metric",
-                                            "operator": "LessThan"}]},
-        }},
-    }
-    custom = client.CustomObjectsApi(api)
-    try:
-        custom.create_namespaced_custom_object("telemetry.intel.com", "v1alpha1", NAMESPACE,
-                                               "taspolicies", policy)
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     except client.ApiException as error:
         if error.status != 409:
             raise
@@ -193,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     original = config_path.read_text()
     modes = [m for m in MODES if m.name in args.modes.split(",")]
     # The extender reads its policy from a file; the cluster only needs the namespace.
-    ensure_namespace_and_policy(api, with_policy=False)
+    ensure_namespace(api)
     results = []
     try:
         for mode in modes:

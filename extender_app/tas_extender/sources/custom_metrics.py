@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
+
+import orjson
 
 from kubernetes.utils import parse_quantity
 
@@ -46,13 +49,9 @@ class CustomMetricsSource:
         response.read()
         if response.status != 200:
             raise RuntimeError(f"GET {path}: HTTP {response.status}")
-        import orjson
-
         return orjson.loads(response.data)
 
     def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:
-        import time
-
         now = time.time()
         out: dict[str, dict[str, Sample]] = {}
         errors = []
