@@ -1,70 +1,160 @@
-"""The real `tas-extender serve` process with mutual TLS, and certificates for it."""
+"""The real `tas-extender serve` process over HTTP(S), and a PKI made for it with `cryptography`."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import pathlib
+import socket
+import ssl
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import httpx
 import pytest
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from bench.latency import client_context, free_port, make_certs  # noqa: E402 - shared with the benchmarks
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+STARTUP_SECONDS = 30
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory) -> pathlib.Path:
-    good = tmp_path_factory.mktemp("pki")
-    make_certs(good)
-    other = good / "other"
-    other.mkdir()
-    make_certs(other)  # a second CA: its client certificate must be refused
-    return good
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
-def _start(args: list[str]) -> subprocess.Popen:
+# --- certificates -------------------------------------------------------------------------
+
+def _name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _save(directory: pathlib.Path, stem: str, key: ec.EllipticCurvePrivateKey,
+          cert: x509.Certificate) -> None:
+    (directory / f"{stem}.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _issue(directory: pathlib.Path, stem: str, issuer: x509.Certificate | None,
+           issuer_key: ec.EllipticCurvePrivateKey | None, **kind) -> tuple:
+    """Write stem.key/stem.crt: a CA when issuer is None, else a leaf signed by it."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (x509.CertificateBuilder().subject_name(_name(stem)).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=1))
+               .not_valid_after(now + datetime.timedelta(days=1)))
+    if issuer is None:
+        builder = builder.issuer_name(_name(stem)).add_extension(
+            x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        issuer_key = key
+    else:
+        builder = builder.issuer_name(issuer.subject).add_extension(
+            x509.ExtendedKeyUsage([kind["usage"]]), critical=False)
+        if kind.get("sans"):
+            builder = builder.add_extension(x509.SubjectAlternativeName(kind["sans"]), critical=False)
+    cert = builder.sign(issuer_key, hashes.SHA256())
+    _save(directory, stem, key, cert)
+    return cert, key
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of: the CA, the server pair it signed, a client pair it signed, a client of another CA."""
+
+    directory: pathlib.Path
+
+    def path(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def client_context(self, client: str = "client") -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.path("ca.crt"))
+        context.load_cert_chain(self.path(f"{client}.crt"), self.path(f"{client}.key"))
+        return context
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory) -> Pki:
+    directory = tmp_path_factory.mktemp("pki")
+    ca, ca_key = _issue(directory, "ca", None, None)
+    _issue(directory, "server", ca, ca_key, usage=ExtendedKeyUsageOID.SERVER_AUTH,
+           sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    _issue(directory, "client", ca, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    other, other_key = _issue(directory, "other-ca", None, None)
+    _issue(directory, "stranger", other, other_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    return Pki(directory)
+
+
+# --- the served process -------------------------------------------------------------------
+
+@dataclass
+class Served:
+    url: str
+    proc: subprocess.Popen
+    log: pathlib.Path
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def start_serve(tmp_path: pathlib.Path, args: list[str]) -> Served:
+    """`tas-extender serve` with the demo policy and metrics files on a free port of 127.0.0.1."""
+    port = free_port()
+    log = tmp_path / f"serve-{port}.log"
     exe = pathlib.Path(sys.executable).with_name("tas-extender")
-    return subprocess.Popen([str(exe), "serve", "--host", "127.0.0.1", *args,
-                             "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
-                             "--metrics-file", str(FIXTURES / "health.prom"), "--syncPeriod", "1s"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), *args,
+             "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+             "--metrics-file", str(FIXTURES / "health.prom"), "--syncPeriod", "1s"],
+            stdout=out, stderr=subprocess.STDOUT)
+    scheme = "http" if "--unsafe" in args else "https"
+    return Served(f"{scheme}://127.0.0.1:{port}", proc, log)
 
 
-def _wait(url: str, proc: subprocess.Popen, **client_args) -> None:
-    deadline = time.monotonic() + 30
+def wait_ready(served: Served, **client_args) -> None:
+    """Poll /readyz until 200, failing early if the process exits."""
+    deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"tas-extender exited: {proc.stdout.read()}")
+        if served.proc.poll() is not None:
+            pytest.fail(f"tas-extender exited with {served.proc.returncode}: {served.output()}")
         try:
-            if httpx.get(url + "/readyz", timeout=2, **client_args).status_code == 200:
+            if httpx.get(served.url + "/readyz", timeout=2, **client_args).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.2)
-    pytest.fail("tas-extender did not become ready")
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"tas-extender did not become ready in {STARTUP_SECONDS}s: {served.output()}")
+
+
+def stop(served: Served) -> None:
+    served.proc.terminate()
+    try:
+        served.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        served.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
-def tls_server(certs):
-    port = free_port()
-    proc = _start(["--port", str(port), "--cert", str(certs / "server.crt"), "--key", str(certs / "server.key"),
-                   "--cacert", str(certs / "ca.crt")])
-    url = f"https://127.0.0.1:{port}"
-    _wait(url, proc, verify=client_context(certs))
-    yield url
-    proc.terminate()
-    proc.wait(10)
+def tls_server(pki, tmp_path_factory):
+    served = start_serve(tmp_path_factory.mktemp("tls"), [
+        "--cert", pki.path("server.crt"), "--key", pki.path("server.key"), "--cacert", pki.path("ca.crt")])
+    wait_ready(served, verify=pki.client_context())
+    yield served.url
+    stop(served)
 
 
 @pytest.fixture(scope="module")
-def plain_server():
-    port = free_port()
-    proc = _start(["--port", str(port), "--unsafe"])
-    url = f"http://127.0.0.1:{port}"
-    _wait(url, proc)
-    yield url, proc
-    proc.terminate()
-    proc.wait(10)
+def plain_server(tmp_path_factory):
+    served = start_serve(tmp_path_factory.mktemp("plain"), ["--unsafe"])
+    wait_ready(served)
+    yield served
+    stop(served)

@@ -1,55 +1,104 @@
-"""The served extender over real HTTPS: mutual TLS is required and TLS 1.2 is the minimum."""
+"""The served extender over real sockets: mutual TLS is required, TLS 1.2 is the minimum."""
 
 from __future__ import annotations
 
 import pathlib
+import socket
 import ssl
+import subprocess
+import sys
+import warnings
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from bench.latency import client_context
-
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+
 JSON = {"Content-Type": "application/json"}
 
 
-def test_client_with_a_certificate_from_the_ca_is_served(tls_server, certs):
-    with httpx.Client(verify=client_context(certs)) as c:
-        body = c.post(f"{tls_server}/scheduler/filter", headers=JSON,
-                      content=(FIXTURES / "scheduler-requests" / "filter-node-names-k8s1.36.json").read_bytes()).json()
-    assert body["NodeNames"] == ["node-1"]
+def _request(name: str) -> bytes:
+    return (FIXTURES / "scheduler-requests" / f"{name}-k8s1.36.json").read_bytes()
 
 
-def test_client_without_a_certificate_is_refused(tls_server, certs):
-    with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
-        with httpx.Client(verify=str(certs / "ca.crt")) as c:
-            c.get(f"{tls_server}/healthz")
+def _refused(url: str, context: ssl.SSLContext) -> bool:
+    """True when the server ends the TLS session before answering a request."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname=parts.hostname) as tls:
+                # With TLS 1.3 the server checks the client certificate after the client's
+                # handshake finished, so the refusal shows on the first read.
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                return tls.recv(1024) == b""
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            return True
 
 
-def test_client_with_a_certificate_from_another_ca_is_refused(tls_server, certs):
-    other = certs / "other"
-    with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
-        with httpx.Client(verify=client_context(other, ca=certs / "ca.crt")) as c:
-            c.get(f"{tls_server}/healthz")
+@pytest.mark.parametrize(
+    ("verb", "mode"),
+    [("filter", "node-names"), ("filter", "full-nodes"), ("prioritize", "node-names"), ("prioritize", "full-nodes")],
+)
+def test_client_with_a_certificate_from_the_ca_gets_decisions(tls_server, pki, verb, mode):
+    with httpx.Client(verify=pki.client_context()) as client:
+        response = client.post(f"{tls_server}/scheduler/{verb}", headers=JSON, content=_request(f"{verb}-{mode}"))
+    assert response.status_code == 200
+    body = response.json()
+    if verb == "prioritize":
+        assert body == [{"Host": "node-1", "Score": 10}, {"Host": "node-2", "Score": 5},
+                        {"Host": "node-3", "Score": 0}]
+        return
+    passed = body["NodeNames"] if mode == "node-names" else [n["metadata"]["name"] for n in body["Nodes"]["items"]]
+    assert passed == ["node-1"]
+    assert body["FailedNodes"]["node-2"] == "demo-policy: dontschedule rule health_metric Equals 1 violated (value 1)"
 
 
-def test_tls_1_1_is_refused(tls_server, certs):
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_verify_locations(str(certs / "ca.crt"))
-    context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
-    # Security level 0 lets this client really offer TLS 1.1: the refusal must come from the server.
+def test_client_without_a_certificate_is_refused_at_the_handshake(tls_server, pki):
+    context = ssl.create_default_context(cafile=pki.path("ca.crt"))
+    assert _refused(tls_server, context)
+
+
+def test_client_with_a_certificate_from_another_ca_is_refused(tls_server, pki):
+    context = ssl.create_default_context(cafile=pki.path("ca.crt"))
+    context.load_cert_chain(pki.path("stranger.crt"), pki.path("stranger.key"))
+    assert _refused(tls_server, context)
+
+
+def _pinned(pki, version: ssl.TLSVersion) -> ssl.SSLContext:
+    context = pki.client_context()
+    # Security level 0 lets this client really offer old versions: a refusal must come from the server.
     context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with warnings.catch_warnings():  # ssl marks TLS 1.1 deprecated, which is the point here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = context.maximum_version = version
+    return context
+
+
+def test_tls_1_2_is_accepted(tls_server, pki):
+    assert not _refused(tls_server, _pinned(pki, ssl.TLSVersion.TLSv1_2))
+
+
+def test_tls_1_1_is_refused(tls_server, pki):
     try:
-        context.minimum_version = ssl.TLSVersion.TLSv1
-        context.maximum_version = ssl.TLSVersion.TLSv1_1
+        context = _pinned(pki, ssl.TLSVersion.TLSv1_1)
     except (ValueError, ssl.SSLError):
-        pytest.fail("this Python cannot even offer TLS 1.1")
-    with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
-        with httpx.Client(verify=context) as c:
-            c.get(f"{tls_server}/healthz")
+        pytest.fail("this Python cannot offer TLS 1.1")
+    assert _refused(tls_server, context)
 
 
-def test_unsafe_serves_plain_http_and_warns(plain_server):
-    url, proc = plain_server
-    assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
+def test_unsafe_serves_plain_http_and_warns_loudly(plain_server):
+    assert httpx.get(f"{plain_server.url}/healthz").json() == {"status": "ok"}
+    body = httpx.post(f"{plain_server.url}/scheduler/filter", headers=JSON,
+                      content=_request("filter-node-names")).json()
+    assert body["NodeNames"] == ["node-1"]
+    assert "WARNING" in plain_server.output() and "--unsafe" in plain_server.output()
+
+
+def test_serve_without_certificates_and_without_unsafe_exits_with_a_message():
+    exe = pathlib.Path(sys.executable).with_name("tas-extender")
+    result = subprocess.run(
+        [str(exe), "serve", "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+         "--metrics-file", str(FIXTURES / "health.prom")], capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "--cert, --key and --cacert are required" in result.stderr

@@ -7,28 +7,54 @@ file the test writes, so the test controls what each node reports.
 from __future__ import annotations
 
 import pathlib
+import socket
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 
+import httpx
 import pytest
 import yaml
 from kubernetes import client
 
-from conftest import wait_for
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from bench.latency import free_port  # noqa: E402
+# The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
 
 GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
 DEADLINE = 30
 NODES = ["node-1", "node-2", "node-3"]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.25):
+    """Poll until `condition` returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if result := condition():
+                return result
+        except Exception as error:  # noqa: BLE001 - the API server may be busy: keep polling
+            last_error = error
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s: {message}" + (f" (last error: {last_error})" if last_error else ""))
+
+
+def tas_extender() -> str:
+    return str(pathlib.Path(sys.executable).with_name("tas-extender"))
+
+
+
 @pytest.fixture(scope="module")
 def crd(api_client):
     manifest = yaml.safe_load(subprocess.run(
-        [str(pathlib.Path(sys.executable).with_name("tas-extender")), "crd"],
+        [tas_extender(), "crd"],
         capture_output=True, text=True, check=True).stdout)
     ext = client.ApiextensionsV1Api(api_client)
     try:
@@ -60,16 +86,17 @@ def extender(kubeconfig, crd, tmp_path, namespace):
     port = free_port()
     log = (tmp_path / "extender.log").open("w")
     proc = subprocess.Popen(
-        [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
+        [tas_extender(), "serve", "--unsafe",
          "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
          "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
         stdout=log, stderr=subprocess.STDOUT)
-    import httpx
-    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "extender ready")
-    yield metrics
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    try:
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "extender ready")
+        yield metrics
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
 
 
 def node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
@@ -152,8 +179,6 @@ def test_the_api_server_rejects_what_the_schema_can_say(api_client, crd, namespa
 
 
 def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kubeconfig, crd, tmp_path, namespace):
-    import httpx
-
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     coordination = client.CoordinationV1Api(api_client)
     metrics = Metrics(tmp_path / "metrics.prom")
@@ -162,7 +187,7 @@ def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kub
         port = free_port()
         log = (tmp_path / f"replica-{i}.log").open("w")
         proc = subprocess.Popen(
-            [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
+            [tas_extender(), "serve", "--unsafe",
              "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
              "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
             stdout=log, stderr=subprocess.STDOUT)

@@ -15,8 +15,9 @@ log = logging.getLogger(__name__)
 class PrometheusSource:
     name = "prometheus"
 
-    def __init__(self, url: str, metric_prefix: str = "node_", timeout: float = 5.0):
-        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
+    def __init__(self, url: str, metric_prefix: str = "node_", timeout: float = 5.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, transport=transport)
         self.prefix = metric_prefix
 
     def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:

@@ -15,7 +15,10 @@ log = logging.getLogger(__name__)
 
 
 def parse(text: str, now: float) -> dict[str, dict[str, Sample]]:
-    """metric -> node -> Sample; lines without a node label or with non-finite values are skipped."""
+    """metric -> node -> Sample; lines without a node label or with non-finite values are skipped.
+
+    A sample's own timestamp (seconds) is kept; a sample without one is stamped `now`.
+    """
     out: dict[str, dict[str, Sample]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -32,22 +35,28 @@ def parse(text: str, now: float) -> dict[str, dict[str, Sample]]:
 
 
 class TextfileSource:
-    """Values are as fresh as the last successful read of the file."""
+    """Samples without a timestamp in the file are as fresh as the last fetch of the file."""
 
     name = "file"
 
     def __init__(self, path: str):
         self.path = path
-        self._mtime: float | None = None
+        self._version: tuple[int, int, int] | None = None
         self._samples: dict[str, dict[str, Sample]] = {}
+        self._stamped: set[tuple[str, str]] = set()  # (metric, node) with a timestamp in the file
 
     def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:
         now = time.time()
-        mtime = os.stat(self.path).st_mtime
-        if mtime != self._mtime:
+        stat = os.stat(self.path)
+        # Size and inode too: an atomic rename or a rewrite within the mtime's resolution.
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        if version != self._version:
             with open(self.path, encoding="utf-8") as handle:
-                self._samples = parse(handle.read(), now)
-            self._mtime = mtime
+                text = handle.read()
+            self._samples = parse(text, float("nan"))
+            self._stamped = {(m, n) for m, by_node in self._samples.items()
+                             for n, s in by_node.items() if not math.isnan(s.timestamp)}
+            self._version = version
             log.info("read %d metrics from %s", len(self._samples), self.path)
-        # The file is the truth for as long as it exists: its values are current.
-        return {m: {n: Sample(s.value, now) for n, s in self._samples.get(m, {}).items()} for m in metrics}
+        return {m: {n: s if (m, n) in self._stamped else Sample(s.value, now)
+                    for n, s in self._samples.get(m, {}).items()} for m in metrics}
