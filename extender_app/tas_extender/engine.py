@@ -7,6 +7,7 @@ computed per request.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from tas_extender.store import PolicyStore
 from tas_extender.strategies import dontschedule, scheduleonmetric
 
 POLICY_LABEL = "telemetry-policy"
+_has_reason = operator.itemgetter(1)
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,18 @@ class Engine:
         return self.store.get(pod_metadata.get("namespace") or "default", name)
 
     def failed(self, policy: Policy, nodes: Sequence[str]) -> dict[str, str]:
+        """Node -> reason for the nodes among `nodes` that the policy filters out."""
         view = self.view
         table = view.failed.get(policy.key)
         if table is None:
             return {}
-        result = {n: table[n] for n in nodes if n in table}
-        unknown = [n for n in nodes if n not in view.evaluated]
-        if unknown:
+        # map/filter/zip keep the per-node work in C: this is the request's hot loop.
+        result = dict(filter(_has_reason, zip(nodes, map(table.get, nodes))))
+        if not view.evaluated.issuperset(nodes):  # nodes the last sync did not know: decide now
+            unknown = [n for n in nodes if n not in view.evaluated]
             result.update(dontschedule.failed_nodes(policy, view.snapshot, unknown, self.fail_closed))
         return result
 
-    def scores(self, policy: Policy, nodes: Sequence[str]) -> dict[str, int]:
-        return scheduleonmetric.scores(policy, self.view.snapshot, nodes)
+    def scores(self, policy: Policy, nodes: Sequence[str]) -> list[int]:
+        """Scores in the order of `nodes`."""
+        return scheduleonmetric.score_list(policy, self.view.snapshot, nodes)

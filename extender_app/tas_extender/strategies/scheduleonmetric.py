@@ -18,30 +18,44 @@ from tas_extender.policy import Policy, Rule
 MAX_SCORE = 10
 
 
-def _rule_scores(rule: Rule, snapshot: Snapshot, nodes: Sequence[str]) -> list[float]:
-    by_node = snapshot.values.get(rule.metricname, {})
-    values = [by_node.get(node) for node in nodes]
+def _value_scores(rule: Rule, values: set[float]) -> dict[float | None, float]:
+    """Score of each distinct value among the candidates; None (no metric) scores 0."""
+    table: dict[float | None, float] = {None: 0}
+    if not values:
+        return table
     if rule.operator == "Equals":
-        return [MAX_SCORE if v is not None and v == rule.target else 0 for v in values]
-    present = [v for v in values if v is not None]
-    if not present:
-        return [0] * len(nodes)
-    low, high = min(present), max(present)
-    if high == low:
-        return [0 if v is None else MAX_SCORE for v in values]
+        table.update({v: MAX_SCORE if v == rule.target else 0 for v in values})
+        return table
+    low, high = min(values), max(values)
     span = high - low
-    if rule.operator == "LessThan":
-        return [0 if v is None else MAX_SCORE * (high - v) / span for v in values]
-    return [0 if v is None else MAX_SCORE * (v - low) / span for v in values]
+    if span == 0:
+        table.update(dict.fromkeys(values, MAX_SCORE))
+    elif rule.operator == "LessThan":
+        table.update({v: MAX_SCORE * (high - v) / span for v in values})
+    else:
+        table.update({v: MAX_SCORE * (v - low) / span for v in values})
+    return table
+
+
+def score_list(policy: Policy, snapshot: Snapshot, nodes: Sequence[str]) -> list[int]:
+    """Scores 0..10 in the order of `nodes`; all 0 without a scheduleonmetric strategy."""
+    strategy = policy.strategy("scheduleonmetric")
+    if strategy is None or not nodes:
+        return [0] * len(nodes)
+    per_rule = []
+    for rule in strategy.rules:
+        # Scores depend on the values alone, and candidates share few distinct values: look
+        # each up once per request instead of doing the arithmetic once per node.
+        values = list(map(snapshot.values.get(rule.metricname, {}).get, nodes))
+        table = _value_scores(rule, set(values) - {None})
+        if len(strategy.rules) == 1:
+            rounded = {v: int(score + 0.5) for v, score in table.items()}
+            return list(map(rounded.__getitem__, values))
+        per_rule.append(list(map(table.__getitem__, values)))
+    count = len(per_rule)
+    return [int(sum(column) / count + 0.5) for column in zip(*per_rule)]
 
 
 def scores(policy: Policy, snapshot: Snapshot, nodes: Sequence[str]) -> dict[str, int]:
-    """Node -> score 0..10 for the candidate nodes; all 0 without a scheduleonmetric strategy."""
-    strategy = policy.strategy("scheduleonmetric")
-    if strategy is None or not nodes:
-        return dict.fromkeys(nodes, 0)
-    per_rule = [_rule_scores(rule, snapshot, nodes) for rule in strategy.rules]
-    if len(per_rule) == 1:  # the common case, without the per-node averaging
-        return {node: int(score + 0.5) for node, score in zip(nodes, per_rule[0])}
-    count = len(per_rule)
-    return {node: int(sum(column) / count + 0.5) for node, column in zip(nodes, zip(*per_rule))}
+    """Node -> score 0..10 for the candidate nodes."""
+    return dict(zip(nodes, score_list(policy, snapshot, nodes)))

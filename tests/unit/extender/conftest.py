@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
+import httpx
 import pytest
-from starlette.testclient import TestClient
 
 from tas_extender.api import create_app
 from tas_extender.cache import MetricCache
@@ -37,10 +38,28 @@ def engine(metrics_file) -> Engine:
     return engine
 
 
+class AsgiClient:
+    """Synchronous calls into the ASGI app through httpx; a crash shows as a 500, not an exception."""
+
+    def __init__(self, app) -> None:
+        self.transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    def request(self, method: str, url: str, **kwargs) -> httpx.Response:
+        async def call() -> httpx.Response:
+            async with httpx.AsyncClient(transport=self.transport, base_url="http://extender") as client:
+                return await client.request(method, url, **kwargs)
+        return asyncio.run(call())
+
+    def get(self, url: str, **kwargs) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+
 @pytest.fixture
-def client(engine) -> TestClient:
-    app = create_app(engine, Telemetry(), max_body_bytes=1024 * 1024, readiness=lambda: [])
-    return TestClient(app, raise_server_exceptions=False)
+def client(engine) -> AsgiClient:
+    return AsgiClient(create_app(engine, Telemetry(), max_body_bytes=1024 * 1024, readiness=lambda: []))
 
 
 @pytest.fixture
@@ -48,3 +67,19 @@ def request_body():
     def load(name: str) -> bytes:
         return (FIXTURES / "scheduler-requests" / f"{name}-k8s1.36.json").read_bytes()
     return load
+
+
+@pytest.fixture
+def app_for(tmp_path):
+    """Build an app over the demo policy and a metrics text: app_for(metrics, fail_closed, readiness)."""
+    def build(metrics: str, fail_closed: bool = False, readiness=lambda: []) -> AsgiClient:
+        path = tmp_path / "app-metrics.prom"
+        path.write_text(metrics)
+        store = PolicyStore()
+        store.replace_all(*load_policy_files([str(FIXTURES / "policies" / "demo-policy.yaml")]))
+        cache = MetricCache(TextfileSource(str(path)), max_age=60)
+        engine = Engine(store, cache, fail_closed=fail_closed)
+        cache.refresh(store.metric_names())
+        engine.rebuild()
+        return AsgiClient(create_app(engine, Telemetry(), 1024 * 1024, readiness))
+    return build

@@ -121,3 +121,59 @@ json_values = st.recursive(
 def test_no_json_body_causes_a_server_error(client, body, verb):
     response = client.post(f"/scheduler/{verb}", content=json.dumps(body), headers=JSON)
     assert response.status_code in (200, 400), response.text
+
+
+def _names_request(request_body, names: list[str]) -> bytes:
+    args = json.loads(request_body("filter-node-names"))
+    args["NodeNames"] = names
+    return json.dumps(args).encode()
+
+
+def test_filter_logs_the_lines_a_tas_user_knows(client, request_body, caplog):
+    caplog.set_level("INFO", logger="tas_extender.extender")
+    client.post("/scheduler/filter", content=request_body("filter-node-names"), headers=JSON)
+    assert "Filtered nodes available for demo-policy : node-1" in caplog.messages
+    assert "node-2 violating : health_metric Equals 1 violated (value 1)" in caplog.messages
+
+
+def test_log_lines_are_shortened_for_thousands_of_nodes(app_for, request_body, caplog):
+    names = [f"n{i}" for i in range(3000)]
+    client = app_for("".join(f'health_metric{{node="{n}"}} {i % 2}\n' for i, n in enumerate(names)))
+    caplog.set_level("INFO", logger="tas_extender.extender")
+    body = client.post("/scheduler/filter", content=_names_request(request_body, names), headers=JSON).json()
+    assert len(body["FailedNodes"]) == 1500 and len(body["NodeNames"]) == 1500
+    assert len(caplog.messages) < 30
+    assert "... and 1480 more nodes violating demo-policy" in caplog.messages
+
+
+@pytest.mark.parametrize(
+    ("fail_closed", "passed"),
+    [(False, ["node-1", "node-9"]), (True, ["node-1"])],
+    ids=["fail open keeps a node without metrics", "fail closed filters it"],
+)
+def test_node_unknown_to_the_metrics_is_decided_by_the_missing_metrics_flag(app_for, request_body, fail_closed, passed):
+    client = app_for('health_metric{node="node-1"} 0\nhealth_metric{node="node-2"} 1\n', fail_closed)
+    body = client.post("/scheduler/filter", headers=JSON,
+                       content=_names_request(request_body, ["node-1", "node-2", "node-9"])).json()
+    assert body["NodeNames"] == passed
+    if fail_closed:
+        assert "health_metric missing or stale" in body["FailedNodes"]["node-9"]
+
+
+def test_readyz_says_what_is_not_synced_yet(app_for):
+    client = app_for("", readiness=lambda: ["policies not listed yet"])
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "not ready", "waiting": ["policies not listed yet"]}
+
+
+def test_prioritize_scores_twenty_five_nodes_proportionally_in_request_order(app_for, request_body):
+    names = [f"n{i:02d}" for i in range(25)][::-1]
+    client = app_for("".join(f'health_metric{{node="n{i:02d}"}} {i * 4}\n' for i in range(25)))
+    args = json.loads(request_body("prioritize-node-names"))
+    args["NodeNames"] = names + ["no-metrics"]
+    body = client.post("/scheduler/prioritize", headers=JSON, content=json.dumps(args)).json()
+    assert [entry["Host"] for entry in body] == names + ["no-metrics"]
+    scores = {entry["Host"]: entry["Score"] for entry in body}
+    assert scores["n00"] == 10 and scores["n24"] == 0 and scores["n12"] == 5 and scores["no-metrics"] == 0
+    assert all(isinstance(s, int) and 0 <= s <= 10 for s in scores.values())
