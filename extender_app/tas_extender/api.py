@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from itertools import islice
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import orjson
 from fastapi import FastAPI, Request
@@ -92,9 +94,20 @@ def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
 
 
 def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
-               readiness: Callable[[], list[str]]) -> FastAPI:
-    """The ASGI app; `readiness` returns what is not ready yet (empty when ready)."""
-    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None)
+               readiness: Callable[[], list[str]],
+               on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+    """The ASGI app; `readiness` returns what is not ready yet (empty when ready).
+
+    `on_shutdown` runs when the server stops (uvicorn re-raises SIGTERM after that, so code
+    after the server's run() would never run).
+    """
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if on_shutdown is not None:
+            await asyncio.to_thread(on_shutdown)
+
+    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

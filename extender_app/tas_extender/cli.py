@@ -201,7 +201,13 @@ def serve(args) -> int:
             waiting.append("nodes not listed yet")
         return waiting
 
-    app = create_app(engine, telemetry, args.max_body_bytes, readiness)
+    def shutdown() -> None:
+        if controller is not None:
+            controller.stop.set()
+        if elector is not None:
+            elector.release()
+
+    app = create_app(engine, telemetry, args.max_body_bytes, readiness, on_shutdown=shutdown)
     settings = {"host": args.host, "port": args.port, "log_level": args.log_level,
                 "access_log": args.log_level == "debug", "timeout_keep_alive": 60}
     if args.unsafe:

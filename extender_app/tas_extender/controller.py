@@ -11,7 +11,7 @@ from collections.abc import Callable
 from kubernetes import client, watch
 
 from tas_extender.engine import Engine
-from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, PolicyError, parse_policy
+from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
 from tas_extender.strategies import deschedule, labeling
 from tas_extender.telemetry import Telemetry
 
@@ -27,32 +27,72 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def label_patch(have: dict[str, str], annotations: dict[str, str],
+                want: dict[str, str]) -> dict | None:
+    """The strategic merge patch that gives a node the labels it should carry, or None.
+
+    Labels this controller set earlier (listed in MANAGED_ANNOTATION) and no longer wanted are
+    removed (null); labels it never set are left alone.
+    """
+    managed = {k for k in annotations.get(MANAGED_ANNOTATION, "").split(",") if k}
+    changes: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
+    changes.update({k: None for k in managed - set(want) if k in have})
+    new_managed = ",".join(sorted(want))
+    if not changes and new_managed == ",".join(sorted(managed)):
+        return None
+    return {"metadata": {"labels": changes, "annotations": {MANAGED_ANNOTATION: new_managed or None}}}
+
+
+def _violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
+    """The Violating condition: whether any node breaks the policy's deschedule rules."""
+    if policy.strategy("deschedule") is None:
+        return {"type": "Violating", "status": "False", "reason": "NoDescheduleStrategy",
+                "message": "the policy has no deschedule strategy"}
+    if not nodes:
+        return {"type": "Violating", "status": "False", "reason": "NoNodesViolating",
+                "message": "no node violates the deschedule rules"}
+    return {"type": "Violating", "status": "True", "reason": "NodesViolating",
+            "message": f"{len(nodes)} node(s) violate the deschedule rules: {' '.join(nodes)}"}
+
+
+def _list_version(listing) -> str:
+    if isinstance(listing, dict):
+        return listing["metadata"]["resourceVersion"]
+    return listing.metadata.resource_version
+
+
 def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Callable,
-                   stop: threading.Event) -> None:
-    """List, then watch from the list's resourceVersion; re-list after 410 Gone or any error."""
+                   stop: threading.Event, watch_seconds: int = 300) -> None:
+    """List once, then watch from the last resourceVersion seen; list again only after 410 Gone.
+
+    A watch the server ends (its timeout) or a dropped connection (an API server restart)
+    resumes from where it was, so nodes are not listed again every few minutes.
+    """
+    version: str | None = None
     while not stop.is_set():
         try:
-            listing = list_fn()
-            items = listing["items"] if isinstance(listing, dict) else listing.items
-            version = (listing["metadata"]["resourceVersion"] if isinstance(listing, dict)
-                       else listing.metadata.resource_version)
-            on_list(items)
+            if version is None:
+                listing = list_fn()
+                on_list(listing["items"] if isinstance(listing, dict) else listing.items)
+                version = _list_version(listing)
             w = watch.Watch()
-            for event in w.stream(list_fn, resource_version=version, timeout_seconds=300,
+            for event in w.stream(list_fn, resource_version=version, timeout_seconds=watch_seconds,
                                   allow_watch_bookmarks=True):
                 if stop.is_set():
                     w.stop()
                     return
-                if event["type"] == "ERROR":
-                    break
                 if event["type"] != "BOOKMARK":
                     on_event(event["type"], event["object"])
+                version = w.resource_version or version
         except client.ApiException as error:
-            if error.status != 410:
-                log.warning("%s watch: %s; re-listing", name, error.reason)
+            if error.status == 410:
+                log.info("%s watch: resourceVersion %s expired; listing again", name, version)
+                version = None
+            else:
+                log.warning("%s watch: %s %s; retrying", name, error.status, error.reason)
                 stop.wait(1)
-        except Exception as error:  # noqa: BLE001 - API server restarts: back off and re-list
-            log.warning("%s watch: %s; re-listing", name, error)
+        except Exception as error:  # noqa: BLE001 - API server restarts: back off and resume
+            log.warning("%s watch: %s; retrying", name, error)
             stop.wait(1)
 
 
@@ -79,6 +119,9 @@ class Controller:
         meta = obj.get("metadata", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         self._objects[key] = obj
+        current = self.store.get(meta.get("namespace"), meta.get("name"))
+        if current is not None and current.generation and current.generation == meta.get("generation"):
+            return  # our own status write: the spec, and so the decisions, did not change
         try:
             policy = parse_policy(obj)
         except PolicyError as error:
@@ -111,6 +154,10 @@ class Controller:
             self._objects.pop(key, None)
             self._status_written.pop(key, None)
             self.store.delete(key)
+            try:
+                self.telemetry.violating.remove(key)
+            except KeyError:
+                pass
         else:
             self._accept(obj)
 
@@ -174,14 +221,11 @@ class Controller:
             if entry is None:
                 continue
             have, annotations = entry
-            managed = {k for k in annotations.get(MANAGED_ANNOTATION, "").split(",") if k}
-            changes: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
-            changes.update({k: None for k in managed - set(want) if k in have})
-            new_managed = ",".join(sorted(want))
-            if not changes and new_managed == ",".join(sorted(managed)):
+            body = label_patch(have, annotations, want)
+            if body is None:
                 continue
-            body = {"metadata": {"labels": changes,
-                                 "annotations": {MANAGED_ANNOTATION: new_managed or None}}}
+            changes = body["metadata"]["labels"]
+            new_managed = body["metadata"]["annotations"][MANAGED_ANNOTATION] or ""
             try:
                 self.core.patch_node(node, body)
             except client.ApiException as error:
@@ -213,7 +257,7 @@ class Controller:
                 condition = {"type": "Valid", "status": "False", "reason": "InvalidPolicy",
                              "message": f"{error.field}: {error.reason}"}
                 self._event(obj, generation, condition["message"])
-            elif self.store.get(meta.get("namespace"), meta.get("name")):
+            elif policy := self.store.get(meta.get("namespace"), meta.get("name")):
                 condition = {"type": "Valid", "status": "True", "reason": "Accepted",
                              "message": "policy is valid and in use"}
             else:
@@ -223,14 +267,18 @@ class Controller:
             last = self._status_written.get(key)
             if last and last[0] == content and now - last[1] < STATUS_REFRESH_SECONDS:
                 continue
+            conditions = [condition]
+            if condition["status"] == "True":
+                conditions.append(_violating_condition(policy, nodes))
             old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
-            previous = old.get("Valid")
-            condition["lastTransitionTime"] = (
-                previous["lastTransitionTime"]
-                if previous and previous.get("status") == condition["status"] and previous.get("lastTransitionTime")
-                else _now_iso())
-            condition["observedGeneration"] = generation
-            status = {"conditions": [condition], "violatingNodes": nodes,
+            for entry in conditions:
+                previous = old.get(entry["type"])
+                entry["lastTransitionTime"] = (
+                    previous["lastTransitionTime"]
+                    if previous and previous.get("status") == entry["status"] and previous.get("lastTransitionTime")
+                    else _now_iso())
+                entry["observedGeneration"] = generation
+            status = {"conditions": conditions, "violatingNodes": nodes,
                       "lastEvaluated": _now_iso(), "observedGeneration": generation}
             try:
                 self.custom.patch_namespaced_custom_object_status(

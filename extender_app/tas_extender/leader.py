@@ -23,6 +23,7 @@ class LeaseElector:
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
         self.is_leader = False
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _spec(self, acquired: datetime.datetime | None, transitions: int) -> client.V1LeaseSpec:
         now = _now()
@@ -51,7 +52,7 @@ class LeaseElector:
         renewed = spec.renew_time or spec.acquire_time
         duration = spec.lease_duration_seconds or self.lease_seconds
         expired = renewed is None or (_now() - renewed).total_seconds() > duration
-        if holder != self.identity and not expired:
+        if holder and holder != self.identity and not expired:
             return False
         transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
         acquired = spec.acquire_time if holder == self.identity else None
@@ -78,9 +79,29 @@ class LeaseElector:
             self._stop.wait(self.renew_seconds)
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
-        thread.start()
-        return thread
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
+        return self._thread
 
     def stop(self) -> None:
         self._stop.set()
+
+    def release(self) -> None:
+        """Give the Lease up on shutdown, so another replica need not wait for it to expire."""
+        self.stop()
+        if self._thread is not None:  # a renewal in flight must not take the Lease back
+            self._thread.join(timeout=10)
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            if lease.spec.holder_identity != self.identity:
+                return
+            lease.spec.holder_identity = None
+            lease.spec.lease_duration_seconds = 1
+            lease.spec.renew_time = _now()
+            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+            log.info("released lease %s/%s", self.namespace, self.name)
+        except Exception as error:  # noqa: BLE001 - shutting down: the Lease expires anyway
+            log.warning("releasing lease %s/%s: %s", self.namespace, self.name, error)

@@ -131,8 +131,9 @@ def test_labels_follow_metrics_policy_edits_and_deletion(api_client, extender, n
     status = wait_for(lambda: (s := custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name).get("status")) and s.get("violatingNodes") == ["node-2"] and s,
         DEADLINE, "status lists node-2")
-    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
-    assert valid["status"] == "True" and status["lastEvaluated"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Valid"]["status"] == "True" and status["lastEvaluated"]
+    assert conditions["Violating"]["status"] == "True" and "node-2" in conditions["Violating"]["message"]
 
     extender.set({"node-1": 0, "node-2": 0, "node-3": 0})
     wait_for(lambda: name not in node_labels(core)["node-2"] and label_key not in node_labels(core)["node-2"],
@@ -217,5 +218,36 @@ def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kub
                  DEADLINE, "labels removed after the policy is deleted")
     finally:
         for proc, _ in replicas:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_leader_that_shuts_down_hands_the_lease_over_at_once(api_client, kubeconfig, crd, tmp_path, namespace):
+    coordination = client.CoordinationV1Api(api_client)
+    metrics = Metrics(tmp_path / "metrics.prom")
+    replicas = []
+    for i in range(2):
+        port = free_port()
+        proc = subprocess.Popen(
+            [tas_extender(), "serve", "--unsafe", "--host", "127.0.0.1", "--port", str(port),
+             "--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
+             "--lease-namespace", namespace],
+            stdout=(tmp_path / f"replica-{i}.log").open("w"), stderr=subprocess.STDOUT)
+        replicas.append((proc, port))
+    try:
+        for _, port in replicas:
+            wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "replica ready")
+        replicas = [proc for proc, _ in replicas]
+        holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
+                          DEADLINE, "a leader holds the Lease")
+        leader = next(p for p in replicas if holder.endswith(f"-{p.pid}"))
+        follower = next(p for p in replicas if p is not leader)
+        leader.terminate()  # SIGTERM, as Kubernetes stops a pod
+        leader.wait(15)
+        # The Lease lasts 15 s; a released one is taken at the follower's next try (5 s).
+        wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity
+                 == holder.rsplit("-", 1)[0] + f"-{follower.pid}", 10, "the follower leads after the release")
+    finally:
+        for proc in replicas:
             proc.kill()
             proc.wait(10)
