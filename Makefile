@@ -14,7 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv cluster cluster-down demo test unit lint integration molecule bench clean
+.PHONY: help venv cluster cluster-down demo test unit lint integration molecule reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -51,6 +51,9 @@ lint: venv ## ansible-lint (production profile), ansible-test sanity, collection
 integration: cluster ## Tests against the local cluster's real API server
 	pytest tests/integration
 
+reliability: venv ## Faults, failover and RBAC against the stack `make demo` provisioned (molecule's verify runs them too)
+	pytest -p no:cacheprovider tests/reliability
+
 molecule: venv ## The health-metric demo end to end: cluster up, converge, idempotence, verify, down
 	molecule test -s default
 
@@ -58,6 +61,9 @@ test: unit lint integration molecule ## Everything CI runs
 
 bench: venv ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench
+
+soak: venv ## Load held for 30 min against the extender (not a test): writes bench/results/soak.json
+	$(VENV)/bin/python -m bench.soak --minutes 30
 
 clean: cluster-down ## Take the cluster down and remove build output
 	rm -rf build

@@ -5,28 +5,11 @@ from __future__ import annotations
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-DEFAULT_CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
-
-
-def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.5):
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-            if result:
-                return result
-        except Exception as error:  # noqa: BLE001 - keep polling, report the last error
-            last_error = error
-        time.sleep(interval)
-    detail = f" (last error: {last_error})" if last_error else ""
-    pytest.fail(f"timed out after {timeout:.0f}s: {message}{detail}")
+from support import DEFAULT_CLUSTER_DIR, REPO, get_raw, wait_for  # noqa: F401 - the suites import them from here too
 
 
 @pytest.fixture(scope="session")
@@ -46,18 +29,6 @@ def kubeconfig() -> str:
         api.close()
     assert body.strip() == b"ok", body
     return path
-
-
-def get_raw(api, path: str) -> bytes:
-    """GET a path of the API server (like `kubectl get --raw`) and return the body."""
-    method, url, headers, body, _ = api.param_serialize(
-        "GET", path, auth_settings=["BearerToken"]
-    )
-    response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=10)
-    response.read()
-    if response.status != 200:
-        raise RuntimeError(f"GET {path}: HTTP {response.status}: {response.data[:200]!r}")
-    return response.data
 
 
 @pytest.fixture(scope="session")

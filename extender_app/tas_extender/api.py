@@ -24,6 +24,46 @@ JSON = "application/json"
 LOGGED_NODES = 20
 
 
+# OpenAPI description of the verbs, for readers and schema-based fuzzing. The routes read the raw
+# body and check only what they use (_extender_args): a pydantic model per request costs too much.
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+_OBJECT_META = {"type": "object", "properties": {
+    "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": _STRINGS}}
+_NODE_LIST = {"type": "object", "required": ["items"], "properties": {"items": {
+    "type": "array", "items": {"type": "object", "required": ["metadata"], "properties": {
+        "metadata": {**_OBJECT_META, "required": ["name"]}}}}}}
+EXTENDER_ARGS = {
+    "type": "object", "required": ["Pod"],
+    "description": "kube-scheduler's ExtenderArgs: the pod and its candidates, as Nodes or as NodeNames",
+    "properties": {
+        "Pod": {"type": "object", "properties": {"metadata": _OBJECT_META}},
+        "Nodes": {"anyOf": [_NODE_LIST, {"type": "null"}]},
+        "NodeNames": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+    },
+}
+_ERROR = {"type": "object", "required": ["Error"], "properties": {"Error": {"type": "string"}}}
+EXTENDER_FILTER_RESULT = {
+    "type": "object", "required": ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"],
+    "properties": {
+        "Nodes": {"anyOf": [_NODE_LIST, {"type": "null"}]},
+        "NodeNames": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "FailedNodes": _STRINGS, "FailedAndUnresolvableNodes": _STRINGS, "Error": {"type": "string"},
+    },
+}
+_FILTER_ERROR = {**EXTENDER_FILTER_RESULT, "required": ["Error"]}  # a refused filter still has the result's shape
+HOST_PRIORITY_LIST = {"type": "array", "items": {
+    "type": "object", "required": ["Host", "Score"],
+    "properties": {"Host": {"type": "string"}, "Score": {"type": "integer", "minimum": 0, "maximum": 10}}}}
+
+
+def _verb_openapi(result: dict, error: dict) -> dict:
+    errors = {str(status): {"description": reason, "content": {JSON: {"schema": error}}}
+              for status, reason in ((400, "ExtenderArgs unusable"), (413, "body too large"),
+                                     (415, "not application/json"))}
+    return {"requestBody": {"required": True, "content": {JSON: {"schema": EXTENDER_ARGS}}},
+            "responses": {"200": {"description": "decision", "content": {JSON: {"schema": result}}}, **errors}}
+
+
 class BadRequest(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -127,7 +167,7 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                     "FailedAndUnresolvableNodes": {}, "Error": exc.message}
         return _json(body, exc.status)
 
-    @app.post("/scheduler/filter")
+    @app.post("/scheduler/filter", openapi_extra=_verb_openapi(EXTENDER_FILTER_RESULT, _FILTER_ERROR))
     async def filter_nodes(request: Request) -> Response:
         start = time.perf_counter()
         meta, names, nodes = _extender_args(await _read_json(request, max_body_bytes))
@@ -147,7 +187,7 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         telemetry.latency.labels("filter").observe(time.perf_counter() - start)
         return response
 
-    @app.post("/scheduler/prioritize")
+    @app.post("/scheduler/prioritize", openapi_extra=_verb_openapi(HOST_PRIORITY_LIST, _ERROR))
     async def prioritize(request: Request) -> Response:
         start = time.perf_counter()
         meta, names, _ = _extender_args(await _read_json(request, max_body_bytes))
@@ -167,6 +207,13 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         waiting = readiness()
         if waiting:
             return _json({"status": "not ready", "waiting": waiting}, 503)
+        # A metric source that fails after the first sync does not make the extender unready:
+        # it still decides (the missing-metric policy applies), and taking it out of service
+        # would stall scheduling. The body says what is degraded.
+        cache = engine.cache
+        if not cache.source_up and engine.store.metric_names():
+            return _json({"status": "ready", "degraded": [
+                f"metric source {cache.source.name} down: {cache.last_error or 'no answer'}"]})
         return _json({"status": "ready"})
 
     @app.get("/metrics")

@@ -219,7 +219,10 @@ def serve(args) -> int:
     config = uvicorn.Config(app, **settings)
     config.load()
     if config.ssl is not None:
+        from tas_extender.tls import CertificateReloader
+
         config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+        CertificateReloader(config.ssl, args.cert, args.key, args.cacert).start()
     uvicorn.Server(config).run()
     return 0
 

@@ -51,11 +51,11 @@ class Rule(BaseModel):
         for item in labels:
             key, sep, value = item.partition("=")
             if not sep:
-                raise ValueError(f"label {item!r} is not of the form key=value")
+                raise ValueError(f"label {_short(item)} is not of the form key=value")
             if len(key) > 63 or not _LABEL_NAME.match(key):
-                raise ValueError(f"label key {key!r} is not a valid label name")
+                raise ValueError(f"label key {_short(key)} is not a valid label name")
             if len(value) > 63 or not _LABEL_VALUE.match(value):
-                raise ValueError(f"label value {value!r} is not a valid label value")
+                raise ValueError(f"label value {_short(value)} is not a valid label value")
         return labels
 
     def describe(self) -> str:
@@ -154,9 +154,19 @@ def parse_policy(obj: Any) -> Policy:
     if obj.get("kind", KIND) != KIND:
         raise PolicyError("kind", f"expected {KIND}, got {obj.get('kind')!r}")
     meta = obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise PolicyError("metadata", "must be an object")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise PolicyError("metadata.name", "is required")
     namespace = meta.get("namespace") or "default"
-    return Policy(namespace=namespace, name=name, spec=parse_spec(obj.get("spec")),
-                  generation=int(meta.get("generation") or 0))
+    generation = meta.get("generation") or 0
+    if not isinstance(generation, int) or isinstance(generation, bool):
+        raise PolicyError("metadata.generation", f"must be an integer, got {_short(generation)}")
+    return Policy(namespace=namespace, name=name, spec=parse_spec(obj.get("spec")), generation=generation)
+
+
+def _short(value: object, limit: int = 80) -> str:
+    """repr() cut to `limit` characters: reasons end up in logs and status conditions."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"

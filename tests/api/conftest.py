@@ -158,3 +158,27 @@ def plain_server(tmp_path_factory):
     wait_ready(served)
     yield served
     stop(served)
+
+
+@pytest.fixture
+def own_tls_server(pki, tmp_path):
+    """A server of its own on copies of the PKI, and a function that renews its certificate."""
+    import shutil
+
+    for name in ("ca.crt", "ca.key", "server.crt", "server.key"):
+        shutil.copy(pki.path(name), tmp_path / name)
+    served = start_serve(tmp_path, ["--cert", str(tmp_path / "server.crt"), "--key", str(tmp_path / "server.key"),
+                                    "--cacert", str(tmp_path / "ca.crt")])
+
+    def renew() -> x509.Certificate:
+        ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((tmp_path / "ca.key").read_bytes(), None)
+        cert, _ = _issue(tmp_path, "server", ca, ca_key, usage=ExtendedKeyUsageOID.SERVER_AUTH,
+                         sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        return cert
+
+    try:
+        wait_ready(served, verify=pki.client_context())
+        yield served, renew
+    finally:
+        stop(served)

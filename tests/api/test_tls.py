@@ -7,11 +7,13 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import warnings
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from cryptography import x509
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -102,3 +104,26 @@ def test_serve_without_certificates_and_without_unsafe_exits_with_a_message():
          "--metrics-file", str(FIXTURES / "health.prom")], capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert "--cert, --key and --cacert are required" in result.stderr
+
+
+def _served_serial(url: str, context: ssl.SSLContext) -> int:
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=parts.hostname) as tls:
+            der = tls.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_a_renewed_server_certificate_is_served_without_a_restart(own_tls_server, pki):
+    served, renew = own_tls_server
+    before = _served_serial(served.url, pki.client_context())
+    renewed = renew()
+    deadline = time.monotonic() + 15
+    while (serial := _served_serial(served.url, pki.client_context())) == before:
+        assert time.monotonic() < deadline, "the renewed certificate was not served within 15 s"
+        time.sleep(0.5)
+    assert serial == renewed.serial_number
+    assert served.proc.poll() is None  # the same process: never restarted
+    with httpx.Client(verify=pki.client_context()) as client:
+        response = client.post(f"{served.url}/scheduler/filter", headers=JSON, content=_request("filter-node-names"))
+    assert response.status_code == 200

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime
 import logging
+import math
 import time
+from collections.abc import Iterator
 
 import orjson
 
 from kubernetes.utils import parse_quantity
 
 from tas_extender.metrics import Sample
+from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)
 PATH = "/apis/custom.metrics.k8s.io/v1beta1/nodes/*/{metric}"
@@ -22,19 +25,34 @@ def _timestamp(text: str | None, default: float) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def parse_metric_value_list(body: dict, now: float) -> dict[str, Sample]:
-    """node -> Sample from a MetricValueList; unusable items are skipped with a log line."""
-    out: dict[str, Sample] = {}
-    for item in body.get("items") or []:
-        node = (item.get("describedObject") or {}).get("name")
-        try:
-            value = float(parse_quantity(item.get("value")))
-        except (TypeError, ValueError) as error:
-            log.warning("ignoring value %r for node %r: %s", item.get("value"), node, error)
+def _samples(body: dict, now: float) -> Iterator[tuple[str, Sample]]:
+    items = body.get("items") if isinstance(body, dict) else None
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            log.warning("ignoring item %r: not an object", item)
             continue
-        if node:
-            out[node] = Sample(value, _timestamp(item.get("timestamp"), now))
-    return out
+        described = item.get("describedObject")
+        node = described.get("name") if isinstance(described, dict) else None
+        if not node or not isinstance(node, str):
+            log.warning("ignoring value %r: no describedObject.name", item.get("value"))
+            continue
+        raw = item.get("value")
+        try:
+            if isinstance(raw, bool):  # parse_quantity would read true as 1
+                raise ValueError("a boolean is not a quantity")
+            value = float(parse_quantity(raw))
+            if not math.isfinite(value):
+                raise ValueError("not a finite number")
+            stamp = _timestamp(item.get("timestamp"), now)
+        except (TypeError, ValueError, AttributeError) as error:
+            log.warning("ignoring value %r for node %r: %s", raw, node, error)
+            continue
+        yield node, Sample(value, stamp)
+
+
+def parse_metric_value_list(body: dict, now: float, metric: str = "the metric") -> dict[str, Sample]:
+    """node -> Sample from a MetricValueList; unusable items are skipped with a log line."""
+    return one_per_node(metric, _samples(body, now))
 
 
 class CustomMetricsSource:
@@ -57,7 +75,7 @@ class CustomMetricsSource:
         errors = []
         for metric in sorted(metrics):
             try:
-                out[metric] = parse_metric_value_list(self._get(PATH.format(metric=metric)), now)
+                out[metric] = parse_metric_value_list(self._get(PATH.format(metric=metric)), now, metric)
             except Exception as error:  # noqa: BLE001 - one metric failing must not hide the others
                 errors.append(f"{metric}: {error}")
         if errors and not out:

@@ -4,12 +4,32 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 
 import httpx
 
 from tas_extender.metrics import Sample
+from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)
+
+
+def _samples(metric: str, result: object) -> Iterator[tuple[str, Sample]]:
+    for series in result if isinstance(result, list) else []:
+        labels = series.get("metric") if isinstance(series, dict) else None
+        node = labels.get("node") if isinstance(labels, dict) else None
+        if not node or not isinstance(node, str):
+            log.warning("ignoring series for %s without a node label: %r", metric, series)
+            continue
+        try:
+            stamp, value = float(series["value"][0]), float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            log.warning("ignoring malformed series for %s: %r", metric, series)
+            continue
+        if not math.isfinite(value) or not math.isfinite(stamp):
+            log.warning("ignoring %s for node %r: value %s at %s is not a finite number", metric, node, value, stamp)
+            continue
+        yield node, Sample(value, stamp)
 
 
 class PrometheusSource:
@@ -27,15 +47,6 @@ class PrometheusSource:
             query = f'max by (node) ({self.prefix}{metric}{{node!=""}})'
             response = self.client.get("/api/v1/query", params={"query": query})
             response.raise_for_status()
-            by_node: dict[str, Sample] = {}
-            for series in response.json().get("data", {}).get("result", []):
-                node = series.get("metric", {}).get("node")
-                try:
-                    stamp, value = float(series["value"][0]), float(series["value"][1])
-                except (KeyError, IndexError, TypeError, ValueError):
-                    log.warning("ignoring malformed series for %s: %r", metric, series)
-                    continue
-                if node and math.isfinite(value):
-                    by_node[node] = Sample(value, stamp)
-            out[metric] = by_node
+            data = response.json().get("data")
+            out[metric] = one_per_node(metric, _samples(metric, data.get("result") if isinstance(data, dict) else None))
         return out

@@ -7,11 +7,30 @@ import math
 import os
 import time
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tas_extender.metrics import Sample
+from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)
+
+
+def _families(text: str) -> list[Metric]:
+    """The file's metric families; when a line does not parse, every other line still counts."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError as error:
+        log.warning("metrics file does not parse (%s): reading it line by line", error)
+    families: list[Metric] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            families.extend(text_string_to_metric_families(line + "\n"))
+        except ValueError as error:
+            log.warning("ignoring line %d %r: %s", number, line[:200], error)
+    return families
 
 
 def parse(text: str, now: float) -> dict[str, dict[str, Sample]]:
@@ -19,8 +38,8 @@ def parse(text: str, now: float) -> dict[str, dict[str, Sample]]:
 
     A sample's own timestamp (seconds) is kept; a sample without one is stamped `now`.
     """
-    out: dict[str, dict[str, Sample]] = {}
-    for family in text_string_to_metric_families(text):
+    found: dict[str, list[tuple[str, Sample]]] = {}
+    for family in _families(text):
         for sample in family.samples:
             node = sample.labels.get("node")
             if not node:
@@ -30,8 +49,8 @@ def parse(text: str, now: float) -> dict[str, dict[str, Sample]]:
                 log.warning("ignoring %s{node=%r}: value %s is not a number", sample.name, node, sample.value)
                 continue
             stamp = sample.timestamp if sample.timestamp is not None else now
-            out.setdefault(sample.name, {})[node] = Sample(float(sample.value), float(stamp))
-    return out
+            found.setdefault(sample.name, []).append((node, Sample(float(sample.value), float(stamp))))
+    return {metric: one_per_node(metric, samples) for metric, samples in found.items()}
 
 
 class TextfileSource:

@@ -1,0 +1,1 @@
+"""Load-aware mode after crane-scheduler: pure decisions over node-load annotations."""

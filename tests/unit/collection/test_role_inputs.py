@@ -1,0 +1,140 @@
+"""A role given a wrong input stops before it does anything, with a message naming the variable.
+
+Each case runs `ansible-playbook` on localhost (connection local, no facts) with one role of
+intel.tas and one wrong variable. The argument spec catches wrong types and choices, the role's
+preflight.yml catches wrong meanings; both run before any file, service or Kubernetes call, so
+no cluster is needed and nothing on the machine changes.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+PLAYBOOK_TIMEOUT = 120
+ARGSPEC = "Validating arguments against arg spec 'main'"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    role: str
+    wrong: dict
+    failing_task: str  # the task that stops the play
+    says: tuple[str, ...]  # what the output must name
+
+
+MISSING = "/nonexistent/tas-pki"
+
+CASES = [
+    Case("extender port is not a number", "extender", {"extender_port": "abc"}, ARGSPEC, ("argument 'extender_port'",)),
+    Case("extender replicas is a list", "extender", {"extender_replicas": [1]}, ARGSPEC, ("argument 'extender_replicas'",)),
+    Case("extender deploy mode is not a choice", "extender", {"extender_deploy_mode": "daemonset"}, ARGSPEC,
+         ("value of extender_deploy_mode must be one of: host, kubernetes, got: daemonset",)),
+    Case("extender extra args is a string", "extender", {"extender_extra_args": {"a": 1}}, ARGSPEC,
+         ("argument 'extender_extra_args'",)),
+    Case("extender port out of range", "extender", {"extender_port": 70000}, "Check the sync period and port",
+         ("extender_port a port number (got 70000)",)),
+    Case("extender sync period is not a duration", "extender", {"extender_sync_period": "5 seconds"},
+         "Check the sync period and port", ("extender_sync_period", "5 seconds")),
+    Case("extender in host mode without its certificate", "extender",
+         {"extender_deploy_mode": "host", "extender_cert": f"{MISSING}/extender.crt",
+          "extender_key": f"{MISSING}/extender.key", "extender_cacert": f"{MISSING}/ca.crt"},
+         "Stop when a TLS file is missing", ("extender_cert", f"{MISSING}/extender.crt")),
+    Case("certificate renewal not before expiry", "certificates",
+         {"certificates_valid_days": 365, "certificates_renew_days": 365}, "Check validity periods and extra names",
+         ("certificates_renew_days (365)", "certificates_valid_days (365)")),
+    Case("certificate renewal after expiry", "certificates",
+         {"certificates_valid_days": 30, "certificates_renew_days": 60}, "Check validity periods and extra names",
+         ("certificates_renew_days (60)",)),
+    Case("certificates outliving their CA", "certificates", {"certificates_valid_days": 4000},
+         "Check validity periods and extra names", ("certificates_ca_valid_days (3650)",)),
+    Case("extra SAN without DNS: or IP:", "certificates", {"certificates_extra_sans": ["tas.example.com"]},
+         "Check validity periods and extra names", ("certificates_extra_sans", "tas.example.com")),
+    Case("certificate days are not a number", "certificates", {"certificates_valid_days": "a year"}, ARGSPEC,
+         ("argument 'certificates_valid_days'",)),
+    Case("certificates in the cluster's own PKI", "certificates", {"certificates_dir": "/etc/kubernetes/pki"},
+         "Check that the cluster's own CA is not used for the extender", ("certificates_dir /etc/kubernetes/pki",)),
+    Case("descheduler 0.25 in kubernetes mode", "descheduler",
+         {"descheduler_deploy_mode": "kubernetes", "descheduler_version": "v0.25.0"},
+         "Refuse descheduler versions that misbehave with telemetry policies",
+         ("descheduler 0.25.0 is not supported", "set descheduler_version")),
+    Case("descheduler version is not a version", "descheduler", {"descheduler_version": "latest"},
+         "Refuse descheduler versions that misbehave with telemetry policies",
+         ("descheduler latest is not supported",)),
+    Case("descheduler interval is not a duration", "descheduler", {"descheduler_interval": "5 minutes"},
+         "Check the interval and schedule", ("descheduler_interval", "5 minutes")),
+    Case("descheduler schedule is not cron", "descheduler", {"descheduler_schedule": "hourly"},
+         "Check the interval and schedule", ("descheduler_schedule", "hourly")),
+    Case("scheduler config URL is not http(s)", "scheduler_config",
+         {"scheduler_config_extender_url": "ftp://tas-extender:9001"}, "Check the extender settings",
+         ("scheduler_config_extender_url", "ftp://tas-extender:9001")),
+    Case("scheduler config weight zero", "scheduler_config", {"scheduler_config_weight": 0},
+         "Check the extender settings", ("scheduler_config_weight must be positive (got 0)",)),
+    Case("scheduler config https without the client certificate", "scheduler_config",
+         {"scheduler_config_extender_url": "https://127.0.0.1:9001",
+          "scheduler_config_client_cert": f"{MISSING}/client.crt",
+          "scheduler_config_client_key": f"{MISSING}/client.key", "scheduler_config_ca": f"{MISSING}/ca.crt"},
+         "Stop when a TLS file is missing", ("scheduler_config_client_cert", f"{MISSING}/client.crt")),
+    Case("scheduler config for Kubernetes 1.22", "scheduler_config",
+         {"scheduler_config_extender_url": "http://127.0.0.1:9001", "scheduler_config_kubernetes_version": "v1.22.17"},
+         "Refuse Kubernetes versions without a KubeSchedulerConfiguration that takes extenders",
+         ("Kubernetes 1.22 is not supported", "scheduler_config_kubernetes_version")),
+    Case("scheduler config mode is not a choice", "scheduler_config", {"scheduler_config_mode": "static"}, ARGSPEC,
+         ("value of scheduler_config_mode must be one of: service, kubeadm, got: static",)),
+]
+
+
+def _run(case: Case, directory: pathlib.Path) -> subprocess.CompletedProcess:
+    playbook = directory / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": f"Run intel.tas.{case.role} with a wrong input",
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "roles": [{"role": f"intel.tas.{case.role}", "vars": case.wrong}],
+    }], sort_keys=False))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
+           "ANSIBLE_LOCAL_TEMP": str(directory / "tmp"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    if (REPO / "ansible.cfg").exists():
+        env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
+    # localhost only, whatever the configured inventory holds: nothing else is touched.
+    return subprocess.run(
+        [str(pathlib.Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", str(playbook)],
+        cwd=directory, env=env, capture_output=True, text=True, timeout=PLAYBOOK_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every case's playbook run, started together: each costs seconds of Ansible start-up."""
+    directories = {case.id: tmp_path_factory.mktemp("role-input") for case in CASES}
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        futures = {case.id: pool.submit(_run, case, directories[case.id]) for case in CASES}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _failed_task(output: str) -> str:
+    """The name of the task the play failed at (the last TASK header before 'fatal:')."""
+    before = output.split("fatal:", 1)[0]
+    headers = re.findall(r"^TASK \[(?:[\w.]+ : )?(.+?)\]", before, flags=re.MULTILINE)
+    return headers[-1] if headers else ""
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_wrong_input_stops_the_role_before_it_acts_naming_the_variable(runs, case):
+    result = runs[case.id]
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert _failed_task(output).startswith(case.failing_task), output
+    recap = re.search(r"^localhost\s*:.*$", output, flags=re.MULTILINE)
+    assert recap and "changed=0" in recap.group(0) and "failed=1" in recap.group(0), output
+    for text in case.says:
+        assert text in " ".join(output.split()), f"{text!r} not in the output:\n{output}"
