@@ -17,6 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tas_extender.engine import Engine
+from tas_extender.load.decide import combine, is_daemonset_pod
+from tas_extender.load.mode import LoadAware
 from tas_extender.telemetry import Telemetry
 
 log = logging.getLogger("tas_extender.extender")
@@ -135,7 +137,8 @@ def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
 
 def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                readiness: Callable[[], list[str]],
-               on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+               on_shutdown: Callable[[], None] | None = None,
+               load: LoadAware | None = None, load_weight: float = 1.0) -> FastAPI:
     """The ASGI app; `readiness` returns what is not ready yet (empty when ready).
 
     `on_shutdown` runs when the server stops (uvicorn re-raises SIGTERM after that, so code
@@ -173,6 +176,8 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         meta, names, nodes = _extender_args(await _read_json(request, max_body_bytes))
         policy = engine.policy_for(meta)
         failed = engine.failed(policy, names) if policy else {}
+        if load is not None and not is_daemonset_pod(meta):  # the policy's filter first, load after
+            failed.update(load.failed([n for n in names if n not in failed]))
         if nodes is not None:
             kept = [i for i in nodes["items"] if i["metadata"]["name"] not in failed]
             result = {"Nodes": {**nodes, "items": kept}, "NodeNames": None}
@@ -193,6 +198,9 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         meta, names, _ = _extender_args(await _read_json(request, max_body_bytes))
         policy = engine.policy_for(meta)
         scores = engine.scores(policy, names) if policy else [0] * len(names)
+        if load is not None and not is_daemonset_pod(meta):
+            scores = [combine(own if policy else None, by_load, 1.0, load_weight)
+                      for own, by_load in zip(scores, load.scores(names))]
         telemetry.decisions.labels("prioritize", "scored").inc(len(names))
         response = _json([{"Host": node, "Score": score} for node, score in zip(names, scores)])
         telemetry.latency.labels("prioritize").observe(time.perf_counter() - start)
