@@ -89,6 +89,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "telemetry-aware-scheduling"))
     serve.add_argument("--lease-name", default="tas-extender")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    load = serve.add_argument_group("load-aware mode (crane's Dynamic Scheduler; off unless --load-aware)")
+    load.add_argument("--load-aware", action="store_true",
+                      help="filter and score every pod (but DaemonSet pods) by node load")
+    load.add_argument("--load-policy", default=None,
+                      help="DynamicSchedulerPolicy YAML (crane's format); the seed's defaults without it")
+    load.add_argument("--load-prometheus-url", default=None,
+                      help="Prometheus with the load recording rules: the leader annotates nodes from it")
+    load.add_argument("--load-weight", type=float, default=1.0,
+                      help="weight of the load score against a TASPolicy's own score (weight 1)")
 
     evaluate = sub.add_parser("evaluate", help="print the decisions for policies and metrics as JSON")
     evaluate.add_argument("--policy-file", action="append", required=True)
@@ -96,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--missing-metrics", choices=["fail-open", "fail-closed"], default="fail-open")
 
     sub.add_parser("crd", help="print the TASPolicy CustomResourceDefinition (YAML)")
+    check = sub.add_parser("check-load-policy", help="validate a DynamicSchedulerPolicy file (load-aware mode)")
+    check.add_argument("path")
     return parser
 
 
@@ -160,7 +171,21 @@ def serve(args) -> int:
     cache = MetricCache(source, max_age)
     engine = Engine(store, cache, fail_closed=args.missing_metrics == "fail-closed")
 
-    controller = elector = None
+    load_policy = None
+    if args.load_aware:
+        from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file
+
+        try:
+            load_policy = load_policy_file(args.load_policy) if args.load_policy else DEFAULT_POLICY
+        except PolicyError as error:
+            print(f"tas-extender: --load-policy: {error}", file=sys.stderr)
+            return 2
+        if api_client is None:
+            print("tas-extender: --load-aware reads node annotations and watches pods: it needs "
+                  "--kubeconfig (or a pod)", file=sys.stderr)
+            return 2
+
+    controller = elector = load = annotator = None
     if args.policy_file:
         valid, invalid = load_policy_files(args.policy_file)
         for key, error in invalid.items():
@@ -175,9 +200,20 @@ def serve(args) -> int:
             elector.start()
         controller = Controller(api_client, engine, telemetry,
                                 is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
-        controller.start(policies=not args.policy_file)
+        if load_policy is not None:
+            from tas_extender.load.mode import LoadAware
+
+            load = LoadAware(load_policy, controller.annotations)
+            if args.load_prometheus_url:
+                from tas_extender.load.annotator import Annotator
+                from tas_extender.sources.prometheus import PrometheusSource
+
+                annotator = Annotator(load_policy, PrometheusSource(args.load_prometheus_url, metric_prefix=""),
+                                      controller.all_annotations, controller.core.patch_node)
+        controller.start(policies=not args.policy_file, pods=load)
 
     def sync_loop() -> None:
+        cleaned_up = False
         while True:
             started = time.monotonic()
             try:
@@ -185,6 +221,11 @@ def serve(args) -> int:
                 engine.rebuild()
                 if controller is not None and controller.nodes_synced and controller.is_leader():
                     controller.reconcile()
+                    if annotator is not None:
+                        annotator.sync()
+                    elif load_policy is None and not cleaned_up:  # the mode was turned off
+                        controller.remove_load_annotations()
+                        cleaned_up = True
             except Exception:  # noqa: BLE001 - the loop must survive anything one round throws
                 log.exception("sync failed")
             time.sleep(max(0.0, args.sync_period - (time.monotonic() - started)))
@@ -207,7 +248,8 @@ def serve(args) -> int:
         if elector is not None:
             elector.release()
 
-    app = create_app(engine, telemetry, args.max_body_bytes, readiness, on_shutdown=shutdown)
+    app = create_app(engine, telemetry, args.max_body_bytes, readiness, on_shutdown=shutdown,
+                     load=load, load_weight=args.load_weight)
     settings = {"host": args.host, "port": args.port, "log_level": args.log_level,
                 "access_log": args.log_level == "debug", "timeout_keep_alive": 60}
     if args.unsafe:
@@ -231,6 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, getattr(args, "log_level", "info").upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "check-load-policy":
+        from tas_extender.load.policy import load_policy_file
+
+        try:
+            policy = load_policy_file(args.path)
+        except PolicyError as error:
+            print(f"tas-extender: {error}", file=sys.stderr)
+            return 1
+        print(f"{args.path}: valid; filter above {policy.limits}, weights {policy.weights}, hot {policy.hot}")
+        return 0
     if args.command == "crd":
         from tas_extender.crd import crd
 

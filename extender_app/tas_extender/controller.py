@@ -11,6 +11,7 @@ from collections.abc import Callable
 from kubernetes import client, watch
 
 from tas_extender.engine import Engine
+from tas_extender.load.mode import LoadAware
 from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
 from tas_extender.strategies import deschedule, labeling
 from tas_extender.telemetry import Telemetry
@@ -185,11 +186,42 @@ class Controller:
         if kind != "MODIFIED":
             self.engine.known_nodes = set(self.nodes)
 
-    def start(self, policies: bool = True) -> None:
-        """Start the watches: nodes always, policies unless they come from files."""
+    def remove_load_annotations(self) -> None:
+        """Take off the load annotations a load-aware run left (the mode is off now)."""
+        from tas_extender.load.annotator import cleanup_patches
+
+        for node, body in cleanup_patches(self.all_annotations()).items():
+            try:
+                self.core.patch_node(node, body)
+                log.info("%s: removed the load annotations", node)
+            except client.ApiException as error:
+                log.warning("%s: removing the load annotations failed: %s", node, error.reason)
+
+    def annotations(self, node: str) -> dict[str, str] | None:
+        entry = self.nodes.get(node)
+        return entry[1] if entry else None
+
+    def all_annotations(self) -> dict[str, dict[str, str]]:
+        with self._nodes_lock:
+            return {name: annotations for name, (_, annotations) in self.nodes.items()}
+
+    def start(self, policies: bool = True, pods: LoadAware | None = None) -> None:
+        """Start the watches: nodes always, policies unless they come from files, pods for `pods`."""
         watches = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
         if policies:
             watches.append(("policy", self._list_policies, self._on_policy_list, self._on_policy_event))
+        if pods is not None:
+            def on_list(items) -> None:
+                for pod in items:
+                    pods.on_pod(pod.metadata.uid, pod.spec.node_name, initial=True)
+
+            def on_event(kind: str, pod) -> None:
+                if kind == "DELETED":
+                    pods.forget_pod(pod.metadata.uid)
+                else:
+                    pods.on_pod(pod.metadata.uid, pod.spec.node_name)
+
+            watches.append(("pod", self.core.list_pod_for_all_namespaces, on_list, on_event))
         for name, list_fn, on_list, on_event in watches:
             threading.Thread(target=_watch_forever, name=f"{name}-watch", daemon=True,
                              args=(name, list_fn, on_list, on_event, self.stop)).start()

@@ -98,3 +98,50 @@ def test_pods_bound_before_the_watch_started_are_not_counted(mode):
     mode.on_pod("old", "node-3")
     mode.on_pod("new", "node-3")
     assert mode.bindings.count("node-3", 60, NOW) == 1
+
+
+class FakeSource:
+    """Prometheus answering from a table: metric -> node -> percent (this is a test double)."""
+
+    name = "table"
+
+    def __init__(self, table: dict[str, dict[str, float]]):
+        self.table, self.asked = table, []
+
+    def fetch(self, metrics: set[str]):
+        from tas_extender.metrics import Sample
+
+        self.asked.append(sorted(metrics))
+        return {m: {n: Sample(v, NOW) for n, v in self.table.get(m, {}).items()} for m in metrics}
+
+
+def test_the_annotator_writes_each_metric_on_its_own_period_and_lists_what_it_wrote():
+    from tas_extender.load.annotations import parse_value
+    from tas_extender.load.annotator import MANAGED_KEY, Annotator
+
+    clock = [NOW]
+    source = FakeSource({"cpu_usage_avg_5m": {"node-1": 42.5}, "mem_usage_avg_5m": {"node-1": 200.0}})
+    patches = []
+    annotator = Annotator(DEFAULT_POLICY, source, lambda: {"node-1": {}, "node-2": {}},
+                          lambda node, body: patches.append((node, body)), clock=lambda: clock[0])
+    assert annotator.sync() == 1  # node-2 has no values: no patch
+    node, body = patches[0]
+    written = body["metadata"]["annotations"]
+    assert node == "node-1" and parse_value(written["cpu_usage_avg_5m"])[0] == 42.5
+    assert parse_value(written["cpu_usage_avg_5m"])[1].timestamp() == NOW
+    assert "mem_usage_avg_5m" not in written, "a value above 100 % is garbage, not load"
+    assert written[MANAGED_KEY].split(",") == sorted(DEFAULT_POLICY.sync)
+    assert len(source.asked[0]) == len(DEFAULT_POLICY.sync)
+
+    clock[0] = NOW + 180  # the avg_5m metrics (3 min) are due again, the 1 h and 1 d ones are not
+    annotator.sync()
+    assert source.asked[1] == ["cpu_usage_avg_5m", "mem_usage_avg_5m"]
+
+
+def test_turning_the_mode_off_removes_exactly_the_annotations_it_wrote():
+    from tas_extender.load.annotator import MANAGED_KEY, cleanup_patches
+
+    nodes = {"node-1": {MANAGED_KEY: "cpu_usage_avg_5m", "cpu_usage_avg_5m": "1,x", "other": "kept"},
+             "node-2": {"other": "kept"}}
+    assert cleanup_patches(nodes) == {
+        "node-1": {"metadata": {"annotations": {"cpu_usage_avg_5m": None, MANAGED_KEY: None}}}}

@@ -1,0 +1,71 @@
+"""The node annotator: each node's load values written into its annotations, crane-style.
+
+Every metric of the load policy's syncPolicy is queried from Prometheus on its own period and
+written as `<metric>: "<percent>,<UTC time>"`; the keys written are listed in MANAGED_KEY so
+that turning the mode off removes exactly them. Only the leader annotates.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from tas_extender.load.annotations import format_value
+from tas_extender.load.policy import LoadPolicy
+from tas_extender.sources import MetricSource
+
+log = logging.getLogger(__name__)
+
+MANAGED_KEY = "telemetry.intel.com/load-annotations"
+
+Nodes = Callable[[], Mapping[str, Mapping[str, str]]]  # node name -> its annotations
+
+
+def cleanup_patches(nodes: Mapping[str, Mapping[str, str]]) -> dict[str, dict]:
+    """node -> the patch that removes every load annotation this mode wrote there."""
+    patches = {}
+    for node, annotations in nodes.items():
+        keys = [k for k in annotations.get(MANAGED_KEY, "").split(",") if k]
+        if MANAGED_KEY in annotations:
+            patches[node] = {"metadata": {"annotations": {**{k: None for k in keys}, MANAGED_KEY: None}}}
+    return patches
+
+
+class Annotator:
+    def __init__(self, policy: LoadPolicy, source: MetricSource, nodes: Nodes,
+                 patch: Callable[[str, dict], None], clock: Callable[[], float] = time.time):
+        self.policy, self.source, self.nodes, self.patch, self.clock = policy, source, nodes, patch, clock
+        self._next: dict[str, float] = dict.fromkeys(policy.sync, 0.0)  # metric -> when it is due
+
+    def sync(self) -> int:
+        """Query the metrics that are due and annotate the nodes; returns the patches sent."""
+        now = self.clock()
+        due = {m for m, at in self._next.items() if at <= now}
+        if not due:
+            return 0
+        try:
+            fetched = self.source.fetch(due)
+        except Exception as error:  # noqa: BLE001 - Prometheus down: old annotations age out by themselves
+            log.warning("load annotator: querying %s failed: %s", ", ".join(sorted(due)), error)
+            for metric in due:
+                self._next[metric] = now + min(self.policy.sync[metric], 10.0)
+            return 0
+        for metric in due:
+            self._next[metric] = now + self.policy.sync[metric]
+        stamp = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+        managed = ",".join(sorted(self.policy.sync))
+        sent = 0
+        for node, annotations in self.nodes().items():
+            values = {m: format_value(by_node[node].value, stamp)
+                      for m, by_node in fetched.items() if node in by_node and 0 <= by_node[node].value <= 100}
+            if not values:
+                continue
+            body = {"metadata": {"annotations": {**values, MANAGED_KEY: managed}}}
+            try:
+                self.patch(node, body)
+                sent += 1
+            except Exception as error:  # noqa: BLE001 - one node failing must not stop the others
+                log.warning("load annotator: annotating %s failed: %s", node, error)
+        return sent
