@@ -16,10 +16,12 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tas_extender import wire
 from tas_extender.engine import Engine
 from tas_extender.load.decide import combine, is_daemonset_pod
 from tas_extender.load.mode import LoadAware
 from tas_extender.telemetry import Telemetry
+from tas_extender.wire import BadRequest
 
 log = logging.getLogger("tas_extender.extender")
 JSON = "application/json"
@@ -27,7 +29,7 @@ LOGGED_NODES = 20
 
 
 # OpenAPI description of the verbs, for readers and schema-based fuzzing. The routes read the raw
-# body and check only what they use (_extender_args): a pydantic model per request costs too much.
+# body and check only what they use (wire.parse): a pydantic model per request costs too much.
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _OBJECT_META = {"type": "object", "properties": {
     "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": _STRINGS}}
@@ -66,18 +68,11 @@ def _verb_openapi(result: dict, error: dict) -> dict:
             "responses": {"200": {"description": "decision", "content": {JSON: {"schema": result}}}, **errors}}
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _json(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
-async def _read_json(request: Request, limit: int) -> object:
+async def _read_body(request: Request, limit: int) -> bytes:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != JSON:
         raise BadRequest(415, f"Content-Type must be {JSON}, got {content_type or 'nothing'}")
@@ -90,37 +85,7 @@ async def _read_json(request: Request, limit: int) -> object:
         if size > limit:
             raise BadRequest(413, f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    try:
-        return orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as error:
-        raise BadRequest(400, f"request body is not valid JSON: {error}") from None
-
-
-def _extender_args(body: object) -> tuple[dict, list[str], dict | None]:
-    """(pod metadata, node names, the Nodes list object or None) from ExtenderArgs."""
-    if not isinstance(body, dict):
-        raise BadRequest(400, "ExtenderArgs must be a JSON object")
-    pod = body.get("Pod")
-    if not isinstance(pod, dict) or not isinstance(pod.get("metadata", {}), dict):
-        raise BadRequest(400, "ExtenderArgs.Pod must be an object with metadata")
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels")
-    if labels is not None and not isinstance(labels, dict):
-        raise BadRequest(400, "Pod.metadata.labels must be an object")
-    nodes, names = body.get("Nodes"), body.get("NodeNames")
-    if nodes is not None:
-        items = nodes.get("items") if isinstance(nodes, dict) else None
-        if not isinstance(items, list) or not all(
-            isinstance(i, dict) and isinstance(i.get("metadata"), dict)
-            and isinstance(i["metadata"].get("name"), str) for i in items
-        ):
-            raise BadRequest(400, "ExtenderArgs.Nodes.items must be a list of Nodes with metadata.name")
-        return meta, [i["metadata"]["name"] for i in items], nodes
-    if names is not None:
-        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
-            raise BadRequest(400, "ExtenderArgs.NodeNames must be a list of strings")
-        return meta, names, None
-    raise BadRequest(400, "ExtenderArgs has neither Nodes nor NodeNames")
+    return b"".join(chunks)
 
 
 def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
@@ -173,32 +138,26 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
     @app.post("/scheduler/filter", openapi_extra=_verb_openapi(EXTENDER_FILTER_RESULT, _FILTER_ERROR))
     async def filter_nodes(request: Request) -> Response:
         start = time.perf_counter()
-        meta, names, nodes = _extender_args(await _read_json(request, max_body_bytes))
-        policy = engine.policy_for(meta)
-        failed = engine.failed(policy, names) if policy else {}
-        if load is not None and not is_daemonset_pod(meta):  # the policy's filter first, load after
-            failed.update(load.failed([n for n in names if n not in failed]))
-        if nodes is not None:
-            kept = [i for i in nodes["items"] if i["metadata"]["name"] not in failed]
-            result = {"Nodes": {**nodes, "items": kept}, "NodeNames": None}
-        else:
-            result = {"Nodes": None, "NodeNames": [n for n in names if n not in failed]}
-        result.update(FailedNodes=failed, FailedAndUnresolvableNodes={}, Error="")
+        args = wire.parse(await _read_body(request, max_body_bytes))
+        policy = engine.policy_for(args.pod)
+        failed = engine.failed(policy, args.names) if policy else {}
+        if load is not None and not is_daemonset_pod(args.pod):  # the policy's filter first, load after
+            failed.update(load.failed([n for n in args.names if n not in failed]))
         if policy and log.isEnabledFor(logging.INFO):
-            _log_filter(policy.name, names, failed)
-        telemetry.decisions.labels("filter", "passed").inc(len(names) - len(failed))
+            _log_filter(policy.name, args.names, failed)
+        telemetry.decisions.labels("filter", "passed").inc(len(args.names) - len(failed))
         telemetry.decisions.labels("filter", "failed").inc(len(failed))
-        response = _json(result)
+        response = Response(wire.filter_result(args, failed), media_type=JSON)
         telemetry.latency.labels("filter").observe(time.perf_counter() - start)
         return response
 
     @app.post("/scheduler/prioritize", openapi_extra=_verb_openapi(HOST_PRIORITY_LIST, _ERROR))
     async def prioritize(request: Request) -> Response:
         start = time.perf_counter()
-        meta, names, _ = _extender_args(await _read_json(request, max_body_bytes))
-        policy = engine.policy_for(meta)
+        args = wire.parse(await _read_body(request, max_body_bytes))
+        names, policy = args.names, engine.policy_for(args.pod)
         scores = engine.scores(policy, names) if policy else [0] * len(names)
-        if load is not None and not is_daemonset_pod(meta):
+        if load is not None and not is_daemonset_pod(args.pod):
             scores = [combine(own if policy else None, by_load, 1.0, load_weight)
                       for own, by_load in zip(scores, load.scores(names))]
         telemetry.decisions.labels("prioritize", "scored").inc(len(names))
