@@ -3,7 +3,10 @@
 Benchmarks report numbers; nothing here asserts a timing. Stages:
   latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
   throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes
-Run one stage with `python -m bench latency` (or `throughput`); the default runs both;
+  profile      the NodeNames throughput run again, with CPU per process and a py-spy profile
+  reaction     the health-metric demo's reaction time, stage by stage (cluster back to 3 nodes,
+               site.yml, the demo)
+Run one stage with `python -m bench latency` (or `throughput`, `profile`); the default runs all;
 `python -m bench report` only rewrites the report from the results already there.
 """
 
@@ -54,7 +57,7 @@ def run_latency(quick: bool) -> list[dict]:
     return [asdict(s) for s in samples]
 
 
-def run_throughput(nodes: int, pods: int) -> None:
+def run_throughput(nodes: int, pods: int, stages: list[str]) -> None:
     """Scale the local cluster to `nodes` fake nodes and bind `pods` pods in every mode.
 
     The extender runs as in the latency benchmark (mutual TLS, policy and metrics from files,
@@ -72,19 +75,34 @@ def run_throughput(nodes: int, pods: int) -> None:
         latency.write_policies(d / "policies.yaml", 1, namespace=throughput.NAMESPACE)
         latency.write_metrics(d / "metrics.prom", latency.node_names(nodes))
         server = latency.Server(d, d / "policies.yaml", d / "metrics.prom")
+        tls = ["--tls-cert", str(d / "client.crt"), "--tls-key", str(d / "client.key"), "--tls-ca", str(d / "ca.crt")]
+        supervisorctl = str(pathlib.Path(sys.executable).with_name("supervisorctl"))
         try:
-            throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler",
-                             "--tls-cert", str(d / "client.crt"), "--tls-key", str(d / "client.key"),
-                             "--tls-ca", str(d / "ca.crt"),
-                             "--supervisorctl", str(pathlib.Path(sys.executable).with_name("supervisorctl")),
-                             "--out", str(RESULTS / "throughput.json")])
+            if "throughput" in stages:
+                throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *tls,
+                                 "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])
+            if "profile" in stages:
+                from bench import profile
+
+                found = profile.run(server, pods, tls, supervisorctl, RESULTS)
+                (RESULTS / "profile.json").write_text(json.dumps(found, indent=2))
         finally:
             server.stop()
 
 
+def run_reaction(runs: int = 5) -> dict:
+    """A 3-node cluster with everything site.yml installs and the demo running, then measure."""
+    from bench import reaction
+
+    for playbook in (["playbooks/cluster.yml", "-e", "cluster_state=absent"], ["playbooks/cluster.yml"],
+                     ["playbooks/site.yml"], ["playbooks/health_metric_demo.yml"]):
+        subprocess.run(["ansible-playbook", *playbook], check=True, cwd=REPO)
+    return reaction.measure(runs)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stages", nargs="*", default=["latency", "throughput"])
+    parser.add_argument("stages", nargs="*", default=["latency", "throughput", "profile", "reaction"])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and requests")
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes for throughput")
     parser.add_argument("--pods", type=int, default=1000)
@@ -93,8 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=2))
     if "latency" in args.stages:
         (RESULTS / "latency.json").write_text(json.dumps(run_latency(args.quick), indent=2))
-    if "throughput" in args.stages:
-        run_throughput(args.nodes, args.pods)
+    if "throughput" in args.stages or "profile" in args.stages:
+        run_throughput(args.nodes, args.pods, args.stages)
+    if "reaction" in args.stages:
+        (RESULTS / "reaction.json").write_text(json.dumps(run_reaction(), indent=2))
     report.write(RESULTS, REPO / "docs")
 
 

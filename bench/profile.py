@@ -1,0 +1,102 @@
+"""Where the time goes when kube-scheduler binds pods through the extender (NodeNames mode).
+
+Runs the throughput benchmark's `node-names` mode once and meanwhile records:
+- CPU seconds of every process of the local cluster and of the extender (from /proc), so the
+  run's wall time can be set against what each process spent;
+- the extender's own count and total time of the requests it answered (its /metrics);
+- a py-spy profile of the extender, idle time included, summed by where the samples were.
+Writes bench/results/profile.json (and the raw py-spy stacks next to it).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from bench import latency, throughput
+
+TICKS = os.sysconf("SC_CLK_TCK")
+# Where a py-spy stack (outermost first) is spending its sample, by the first match.
+BUCKETS = [
+    ("waiting for work (event loop idle)", re.compile(r"select \(selectors|_run_once.*select")),
+    ("filter handler", re.compile(r"filter_nodes \(tas_extender")),
+    ("prioritize handler", re.compile(r"prioritize \(tas_extender")),
+    ("TLS (ssl module)", re.compile(r"\(ssl\.py|sslproto\.py")),
+    ("HTTP parsing and writing (h11, uvicorn)", re.compile(r"\(h11/|uvicorn/protocols")),
+    ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),
+    ("sync loop (metrics file, engine rebuild)", re.compile(r"sync_loop \(tas_extender")),
+]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def cluster_pids(supervisorctl: str) -> dict[str, int]:
+    status = subprocess.run([supervisorctl, "-c", str(throughput.CLUSTER_DIR / "supervisord.conf"), "status"],
+                            capture_output=True, text=True, check=False).stdout
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+RUNNING\s+pid (\d+)", status, re.M)}
+
+
+def extender_requests(server: latency.Server) -> dict[str, tuple[float, float]]:
+    """verb -> (requests answered, seconds spent in the handler) from the extender's /metrics."""
+    text = httpx.get(f"{server.url}/metrics", **server.client_args).text
+    out = {}
+    for verb in ("filter", "prioritize"):
+        count = re.search(rf'tas_extender_request_duration_seconds_count\{{verb="{verb}"\}} (\S+)', text)
+        total = re.search(rf'tas_extender_request_duration_seconds_sum\{{verb="{verb}"\}} (\S+)', text)
+        out[verb] = (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+    return out
+
+
+def summarise_stacks(raw: pathlib.Path) -> dict[str, float]:
+    """Share of the extender's samples in each bucket (py-spy's collapsed-stack output)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        bucket = next((name for name, pattern in BUCKETS if pattern.search(stack)), "other")
+        counts[bucket] += int(n)
+    total = sum(counts.values()) or 1
+    return {name: round(100 * n / total, 1) for name, n in counts.most_common()}
+
+
+def run(server: latency.Server, pods: int, tls: list[str], supervisorctl: str, results: pathlib.Path) -> dict:
+    pids = cluster_pids(supervisorctl)
+    pids["tas-extender (bench)"] = server.proc.pid
+    raw = results / "profile-extender.txt"
+    spy = subprocess.Popen([str(pathlib.Path(sys.executable).with_name("py-spy")), "record", "--idle",
+                            "--format", "raw", "--rate", "200", "--pid", str(server.proc.pid), "--output", str(raw)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(2)  # py-spy attaches
+    before_cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    before_requests = extender_requests(server)
+    out = results / "profile-throughput.json"
+    started = time.monotonic()
+    throughput.main(["--pods", str(pods), "--modes", "node-names", "--extender-url", f"{server.url}/scheduler",
+                     *tls, "--supervisorctl", supervisorctl, "--out", str(out)])
+    wall = time.monotonic() - started
+    after_requests = extender_requests(server)
+    cpu = {name: round(cpu_seconds(pid) - before_cpu[name], 2) for name, pid in pids.items()
+           if pathlib.Path(f"/proc/{pid}").exists()}
+    spy.send_signal(signal.SIGINT)
+    spy.wait(60)
+    bound = json.loads(out.read_text())[0]
+    requests = {verb: {"requests": int(after_requests[verb][0] - before_requests[verb][0]),
+                       "handler_seconds": round(after_requests[verb][1] - before_requests[verb][1], 2)}
+                for verb in after_requests}
+    return {"pods": pods, "bind_seconds": bound["seconds"], "wall_seconds_with_setup": round(wall, 1),
+            "cpu_seconds_by_process": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
+            "extender_requests": requests,
+            "extender_samples_percent": summarise_stacks(raw) if raw.exists() else {}}
