@@ -2,11 +2,12 @@
 
 Benchmarks report numbers; nothing here asserts a timing. Stages:
   latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
+  memory       the extender's resident memory across 10 000 full-Nodes calls (no cluster needed)
   throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes
   profile      the NodeNames throughput run again, with CPU per process and a py-spy profile
   reaction     the health-metric demo's reaction time, stage by stage (cluster back to 3 nodes,
                site.yml, the demo)
-Run one stage with `python -m bench latency` (or `throughput`, `profile`); the default runs all;
+Run some stages with `python -m bench latency memory` (any of the names above); the default runs all;
 `python -m bench report` only rewrites the report from the results already there.
 """
 
@@ -48,9 +49,10 @@ def run_latency(quick: bool) -> list[dict]:
     requests = {"node-names": 100 if quick else 500, "full-nodes": 10 if quick else 40}
     for nodes in ([100, 1000] if quick else [100, 1000, 5000, 10000]):
         samples += latency.measure(nodes, 1, ["node-names", "full-nodes"], [1, 8], requests)
-    # Cost against unrelated policies: NodeNames at 1000 nodes.
+    # Cost against unrelated policies: NodeNames at 1000 nodes; memory with 5000 nodes and 100.
     for policies in (10, 100):
         samples += latency.measure(1000, policies, ["node-names"], [1], requests)
+    samples += latency.measure(5000, 100, ["node-names"], [1], requests)
     # The request Intel TAS was measured with: 421 full Node objects, and 3 nodes.
     for nodes in (3, 421):
         samples += latency.measure(nodes, 1, ["full-nodes", "node-names"], [1], requests)
@@ -102,7 +104,7 @@ def run_reaction(runs: int = 5) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stages", nargs="*", default=["latency", "throughput", "profile", "reaction"])
+    parser.add_argument("stages", nargs="*", default=["latency", "memory", "throughput", "profile", "reaction"])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and requests")
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes for throughput")
     parser.add_argument("--pods", type=int, default=1000)
@@ -111,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=2))
     if "latency" in args.stages:
         (RESULTS / "latency.json").write_text(json.dumps(run_latency(args.quick), indent=2))
+    if "memory" in args.stages:
+        found = latency.memory_over_calls(421 if not args.quick else 100, 10000 if not args.quick else 1000)
+        (RESULTS / "memory.json").write_text(json.dumps(found, indent=2))
     if "throughput" in args.stages or "profile" in args.stages:
         run_throughput(args.nodes, args.pods, args.stages)
     if "reaction" in args.stages:

@@ -270,3 +270,36 @@ def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int
         finally:
             server.stop()
     return samples
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def memory_over_calls(nodes: int, calls: int, every: int = 500) -> dict:
+    """Resident memory of the server while it answers `calls` full-Nodes calls, sampled every `every`.
+
+    Filter and prioritize alternate on one keep-alive connection, as kube-scheduler sends them.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        d = pathlib.Path(tmp)
+        make_certs(d)
+        names = node_names(nodes)
+        write_policies(d / "policies.yaml", 1)
+        write_metrics(d / "metrics.prom", names)
+        server = Server(d, d / "policies.yaml", d / "metrics.prom")
+        body, headers = request_body("full-nodes", names), {"Content-Type": "application/json"}
+        samples = [{"calls": 0, "rss_mib": round(rss_mib(server.proc.pid), 1)}]
+        try:
+            with httpx.Client(**server.client_args) as c:
+                for i in range(1, calls + 1):
+                    c.post(f"{server.url}/scheduler/{'filter' if i % 2 else 'prioritize'}",
+                           content=body, headers=headers).raise_for_status()
+                    if i % every == 0:
+                        samples.append({"calls": i, "rss_mib": round(rss_mib(server.proc.pid), 1)})
+        finally:
+            server.stop()
+    return {"nodes": nodes, "body_bytes": len(body), "calls": calls, "samples": samples}

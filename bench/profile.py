@@ -4,7 +4,7 @@ Runs the throughput benchmark's `node-names` mode once and meanwhile records:
 - CPU seconds of every process of the local cluster and of the extender (from /proc), so the
   run's wall time can be set against what each process spent;
 - the extender's own count and total time of the requests it answered (its /metrics);
-- a py-spy profile of the extender, idle time included, summed by where the samples were.
+- a py-spy profile of the extender (on-CPU samples), summed by where the samples were.
 Writes bench/results/profile.json (and the raw py-spy stacks next to it).
 """
 
@@ -27,11 +27,10 @@ from bench import latency, throughput
 TICKS = os.sysconf("SC_CLK_TCK")
 # Where a py-spy stack (outermost first) is spending its sample, by the first match.
 BUCKETS = [
-    ("waiting for work (event loop idle)", re.compile(r"select \(selectors|_run_once.*select")),
     ("filter handler", re.compile(r"filter_nodes \(tas_extender")),
     ("prioritize handler", re.compile(r"prioritize \(tas_extender")),
     ("TLS (ssl module)", re.compile(r"\(ssl\.py|sslproto\.py")),
-    ("HTTP parsing and writing (h11, uvicorn)", re.compile(r"\(h11/|uvicorn/protocols")),
+    ("HTTP parsing and writing (uvicorn, httptools)", re.compile(r"uvicorn/protocols")),
     ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),
     ("sync loop (metrics file, engine rebuild)", re.compile(r"sync_loop \(tas_extender")),
 ]
@@ -72,31 +71,64 @@ def summarise_stacks(raw: pathlib.Path) -> dict[str, float]:
     return {name: round(100 * n / total, 1) for name, n in counts.most_common()}
 
 
+SCHEDULER_SERIES = {
+    "scheduling algorithm (filter, score, extender calls)": "scheduler_scheduling_algorithm_duration_seconds_sum",
+    "in-tree Filter plugins": 'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Filter"',
+    "in-tree PreScore plugins": 'scheduler_framework_extension_point_duration_seconds_sum{extension_point="PreScore"',
+    "in-tree Score plugins": 'scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score"',
+}
+
+
+def scheduler_seconds() -> dict[str, float]:
+    """Sums of kube-scheduler's own duration histograms (its /metrics, read with the admin cert)."""
+    pki = throughput.CLUSTER_DIR / "pki"
+    text = subprocess.run(["curl", "-sk", "--cert", str(pki / "admin.crt"), "--key", str(pki / "admin.key"),
+                           "https://127.0.0.1:10259/metrics"], capture_output=True, text=True, check=False).stdout
+    return {name: sum(float(v) for v in re.findall(re.escape(series) + r"\S* (\S+)$", text, re.M))
+            for name, series in SCHEDULER_SERIES.items()}
+
+
+class Probe:
+    """CPU of every cluster process and the extender's request counters, over the binding window."""
+
+    def __init__(self, server: latency.Server, supervisorctl: str):
+        self.server, self.supervisorctl = server, supervisorctl
+
+    def _sample(self) -> tuple[dict[str, int], dict[str, float], dict[str, tuple[float, float]]]:
+        pids = cluster_pids(self.supervisorctl)  # looked up now: the run restarts kube-scheduler
+        pids["tas-extender (bench)"] = self.server.proc.pid
+        return pids, {name: cpu_seconds(pid) for name, pid in pids.items()}, extender_requests(self.server)
+
+    def start(self) -> None:
+        self.pids, self.cpu, self.requests = self._sample()
+        self.scheduler = scheduler_seconds()
+
+    def stop(self) -> None:
+        pids, cpu, requests = self._sample()
+        self.cpu = {name: round(cpu[name] - self.cpu[name], 2) for name in cpu
+                    if name in self.cpu and pids[name] == self.pids[name]}
+        scheduler = scheduler_seconds()
+        self.scheduler = {name: round(scheduler[name] - self.scheduler[name], 2) for name in scheduler}
+        self.requests = {verb: {"requests": int(requests[verb][0] - self.requests[verb][0]),
+                                "handler_seconds": round(requests[verb][1] - self.requests[verb][1], 2)}
+                         for verb in requests}
+
+
 def run(server: latency.Server, pods: int, tls: list[str], supervisorctl: str, results: pathlib.Path) -> dict:
-    pids = cluster_pids(supervisorctl)
-    pids["tas-extender (bench)"] = server.proc.pid
     raw = results / "profile-extender.txt"
-    spy = subprocess.Popen([str(pathlib.Path(sys.executable).with_name("py-spy")), "record", "--idle",
+    spy = subprocess.Popen([str(pathlib.Path(sys.executable).with_name("py-spy")), "record",
                             "--format", "raw", "--rate", "200", "--pid", str(server.proc.pid), "--output", str(raw)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(2)  # py-spy attaches
-    before_cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    before_requests = extender_requests(server)
+    probe = Probe(server, supervisorctl)
     out = results / "profile-throughput.json"
-    started = time.monotonic()
     throughput.main(["--pods", str(pods), "--modes", "node-names", "--extender-url", f"{server.url}/scheduler",
-                     *tls, "--supervisorctl", supervisorctl, "--out", str(out)])
-    wall = time.monotonic() - started
-    after_requests = extender_requests(server)
-    cpu = {name: round(cpu_seconds(pid) - before_cpu[name], 2) for name, pid in pids.items()
-           if pathlib.Path(f"/proc/{pid}").exists()}
+                     *tls, "--supervisorctl", supervisorctl, "--out", str(out)], probe=probe)
     spy.send_signal(signal.SIGINT)
     spy.wait(60)
     bound = json.loads(out.read_text())[0]
-    requests = {verb: {"requests": int(after_requests[verb][0] - before_requests[verb][0]),
-                       "handler_seconds": round(after_requests[verb][1] - before_requests[verb][1], 2)}
-                for verb in after_requests}
-    return {"pods": pods, "bind_seconds": bound["seconds"], "wall_seconds_with_setup": round(wall, 1),
-            "cpu_seconds_by_process": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
-            "extender_requests": requests,
+    return {"pods": pods, "bind_seconds": bound["seconds"],
+            "cpu_seconds_by_process": dict(sorted(probe.cpu.items(), key=lambda kv: -kv[1])),
+            "extender_requests": probe.requests,
+            "scheduler_seconds": probe.scheduler,
             "extender_samples_percent": summarise_stacks(raw) if raw.exists() else {}}

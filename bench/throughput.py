@@ -123,10 +123,15 @@ def deployment(pods: int, with_extender: bool) -> client.V1Deployment:
     )
 
 
-def measure(api: client.ApiClient, mode: Mode, pods: int) -> float:
-    """Create the Deployment and return seconds until every pod is bound to a node."""
+def measure(api: client.ApiClient, mode: Mode, pods: int, probe=None) -> float:
+    """Create the Deployment and return seconds until every pod is bound to a node.
+
+    `probe.start()` and `probe.stop()`, when given, run right around that window (bench.profile).
+    """
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     bound: set[str] = set()
+    if probe is not None:
+        probe.start()
     start = time.monotonic()
     apps.create_namespaced_deployment(NAMESPACE, deployment(pods, mode.extender))
     w = watch.Watch()
@@ -138,6 +143,8 @@ def measure(api: client.ApiClient, mode: Mode, pods: int) -> float:
         if len(bound) >= pods:
             w.stop()
     elapsed = time.monotonic() - start
+    if probe is not None:
+        probe.stop()
     apps.delete_namespaced_deployment("bench", NAMESPACE)
     wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector="app=bench").items,
                600, "bench pods deleted")
@@ -152,7 +159,7 @@ def ensure_namespace(api: client.ApiClient) -> None:
             raise
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, probe=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--modes", default=",".join(m.name for m in MODES))
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
             wait_until(lambda: subprocess.run(
                 ["curl", "-skf", "https://127.0.0.1:10259/healthz"], capture_output=True
             ).returncode == 0, 60, "kube-scheduler healthy")
-            seconds = measure(api, mode, args.pods)
+            seconds = measure(api, mode, args.pods, probe)
             results.append(Result(mode.name, args.pods, nodes, round(seconds, 2),
                                   round(args.pods / seconds, 1)))
             print(json.dumps(asdict(results[-1])), flush=True)
