@@ -34,13 +34,14 @@ def machine() -> dict:
     mem_kib = int(next(line.split()[1] for line in
                        pathlib.Path("/proc/meminfo").read_text().splitlines()
                        if line.startswith("MemTotal")))
-    import fastapi, uvicorn, orjson  # noqa: E401 - versions for the record
+    from importlib.metadata import version  # versions for the record
     return {
         "cpu": cpu, "cores": len([l for l in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
                                   if l.startswith("processor")]),
         "memory_gib": round(mem_kib / 1024 / 1024, 1), "python": sys.version.split()[0],
-        "kernel": platform.release(), "fastapi": fastapi.__version__,
-        "uvicorn": uvicorn.__version__, "orjson": orjson.__version__,
+        "kernel": platform.release(),
+        **{package: version(package) for package in ("fastapi", "uvicorn", "httptools", "uvloop", "pysimdjson",
+                                                     "orjson")},
     }
 
 
@@ -92,7 +93,7 @@ def run_throughput(nodes: int, pods: int, stages: list[str]) -> None:
             server.stop()
 
 
-def run_reaction(runs: int = 5) -> dict:
+def run_reaction(runs: int = 10) -> dict:
     """A 3-node cluster with everything site.yml installs and the demo running, then measure."""
     from bench import reaction
 

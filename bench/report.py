@@ -163,12 +163,34 @@ def _memory(found: dict) -> list[str]:
 
 def _reaction(found: dict) -> list[str]:
     """The health-metric demo's reaction time by pipeline stage (bench/reaction.py)."""
-    rows = [{"stage": stage, "median s": v["median_s"], "max s": v["max_s"]} for stage, v in found["summary"].items()]
-    settings = ", ".join(f"`{k}: {v}`" for k, v in found["settings"].items())
+    summary, settings = found["summary"], found["settings"]
+    rows, previous = [], 0.0
+    for stage, v in summary.items():
+        rows.append({"stage": stage, "median s": v["median_s"], "max s": v["max_s"],
+                     "median added by this stage s": round(v["median_s"] - previous, 2)})
+        previous = v["median_s"]
+    listed = ", ".join(f"`{k}: {v}`" for k, v in settings.items())
     return ["## Reaction time of the health-metric demo", "",
             f"From writing `node_health_metric 2` into node-2's textfile to each stage showing it, "
-            f"{len(found['runs'])} runs, polled every 50 ms. Settings (inventory/group_vars/all): {settings}.", "",
-            _table(rows, ["stage", "median s", "max s"]), ""]
+            f"{len(found['runs'])} runs (each after a random pause, so that the write falls anywhere in the "
+            f"scrape and sync cycles), every stage polled every 50 ms. Settings (inventory/group_vars/all): "
+            f"{listed}.", "",
+            _table(rows, ["stage", "median s", "max s", "median added by this stage s"]), "",
+            "What each stage waits for, and the setting that shortens it:", "",
+            "- `prometheus`: the next scrape of node-2's node-exporter, at most one "
+            "`prometheus_scrape_interval`.",
+            "- `custom_metrics_api`: prometheus-adapter queries Prometheus when asked, so it adds only the "
+            "query; `prometheus_adapter_relist_interval` matters only for series it has not seen yet.",
+            "- `extender_filter`: the extender's next metric sync, at most one `extender_sync_period`.",
+            "- `node_label`: the controller relabels in the same sync, so it adds nothing.",
+            "- `pod_evicted`: the descheduler's next run, at most one `descheduler_interval`.",
+            "- `replacements_running`: the ReplicaSet controller, kube-scheduler with the extender and "
+            "KWOK, a fraction of a second.", "",
+            "So the worst case is one scrape interval plus one sync period (plus the descheduler "
+            "interval for eviction), and those three settings are what shortens it: the local "
+            "inventory uses 2 s, 2 s and 5 s, at the price of a scrape and a sync every 2 s and a "
+            "descheduler run every 5 s. A sync period shorter than the scrape interval buys nothing, "
+            "as the metric cannot change faster than it is scraped.", ""]
 
 
 def _profile(found: dict) -> list[str]:
@@ -238,10 +260,10 @@ def _targets(latency: list[dict], throughput: list[dict], reaction: dict | None 
         if s:
             ratio = round(s["p99_ms"] / ref["p99_ms"], 2)
             row(f"{verb} p99 at most half of TAS's ({nodes} full nodes)", ratio, ratio <= 0.5)
-    s = _find(latency, mode="node-names", nodes=5000, policies=100)
-    if s:
-        row("Extender resident memory < 150 MiB with 5000 nodes and 100 policies",
-            f"{s['server_peak_rss_mib']} MiB (peak)", s["server_peak_rss_mib"] < 150)
+    peak = max((s["server_peak_rss_mib"] for s in latency
+                if s["mode"] == "node-names" and s["nodes"] == 5000 and s["policies"] == 100), default=None)
+    if peak is not None:
+        row("Extender resident memory < 150 MiB with 5000 nodes and 100 policies", f"{peak} MiB (peak)", peak < 150)
     if memory:
         rss = [s["rss_mib"] for s in memory["samples"]][2:]
         if rss:
