@@ -62,14 +62,19 @@ def parse(raw: bytes) -> ExtenderArgs:
     raise BadRequest(400, "ExtenderArgs has neither Nodes nor NodeNames")
 
 
+_BAD_NODES = "ExtenderArgs.Nodes.items must be a list of Nodes with metadata.name"
+
+
 def _node_names(nodes: object) -> list[str]:
     items = nodes.get("items") if isinstance(nodes, simdjson.Object) else None
+    if not isinstance(items, simdjson.Array):
+        raise BadRequest(400, _BAD_NODES)
     names = []
-    for item in items if isinstance(items, simdjson.Array) else [None]:
+    for item in items:
         meta = item.get("metadata") if isinstance(item, simdjson.Object) else None
         name = meta.get("name") if isinstance(meta, simdjson.Object) else None
         if not isinstance(name, str):
-            raise BadRequest(400, "ExtenderArgs.Nodes.items must be a list of Nodes with metadata.name")
+            raise BadRequest(400, _BAD_NODES)
         names.append(name)
     return names
 
