@@ -127,10 +127,11 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "1. The body is parsed lazily with simdjson (`tas_extender/wire.py`): only the pod's metadata "
            "and each node's name become Python objects, and the passing Node objects are copied into the "
            "answer as JSON straight from the parsed document, in one join. Full-Nodes calls at 5000 nodes "
-           "went from about 430 ms of server CPU to about 130 (prioritize) and 190 (filter); peak memory "
+           "went from about 450 ms of server CPU (the previous report) to the figures below; peak memory "
            "no longer holds a Python copy of every Node.",
            "2. uvicorn runs with httptools and uvloop instead of its pure-Python h11 parser and asyncio's "
-           "loop: at 1000 nodes in NodeNames mode p50 went from 1.7 to 1.4 ms and p99 from 3.5 to 1.9 ms.",
+           "loop: at 1000 nodes in NodeNames mode, two alternating runs of each on the same (busy) machine, "
+           "p50 went from 1.7 to 1.4 ms and p99 from 3.5 to 1.9 ms.",
            "3. Kept from before: the dontschedule verdict of every node is computed once per sync, so a "
            "filter call is one dictionary lookup per node (C-level `map`), and scores are looked up per "
            "distinct metric value; requests are not validated by pydantic models.", ""]
