@@ -154,6 +154,20 @@ def request_body(mode: str, names: list[str]) -> bytes:
 
 # --- server -------------------------------------------------------------------------------
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from /proc."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mib(pid: int, field: str) -> float:
+    """A memory figure of a process from /proc/<pid>/status: VmRSS (now) or VmHWM (peak)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,14 +202,10 @@ class Server:
         raise TimeoutError("tas-extender did not become ready")
 
     def cpu_seconds(self) -> float:
-        fields = pathlib.Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def peak_rss_mib(self) -> float:
-        for line in pathlib.Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return memory_mib(self.proc.pid, "VmHWM")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -272,13 +282,6 @@ def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int
     return samples
 
 
-def rss_mib(pid: int) -> float:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def memory_over_calls(nodes: int, calls: int, every: int = 500) -> dict:
     """Resident memory of the server while it answers `calls` full-Nodes calls, sampled every `every`.
 
@@ -292,14 +295,14 @@ def memory_over_calls(nodes: int, calls: int, every: int = 500) -> dict:
         write_metrics(d / "metrics.prom", names)
         server = Server(d, d / "policies.yaml", d / "metrics.prom")
         body, headers = request_body("full-nodes", names), {"Content-Type": "application/json"}
-        samples = [{"calls": 0, "rss_mib": round(rss_mib(server.proc.pid), 1)}]
+        samples = [{"calls": 0, "rss_mib": round(memory_mib(server.proc.pid, "VmRSS"), 1)}]
         try:
             with httpx.Client(**server.client_args) as c:
                 for i in range(1, calls + 1):
                     c.post(f"{server.url}/scheduler/{'filter' if i % 2 else 'prioritize'}",
                            content=body, headers=headers).raise_for_status()
                     if i % every == 0:
-                        samples.append({"calls": i, "rss_mib": round(rss_mib(server.proc.pid), 1)})
+                        samples.append({"calls": i, "rss_mib": round(memory_mib(server.proc.pid, "VmRSS"), 1)})
         finally:
             server.stop()
     return {"nodes": nodes, "body_bytes": len(body), "calls": calls, "samples": samples}

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import pathlib
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
 
 from bench import latency, throughput
 
-TICKS = os.sysconf("SC_CLK_TCK")
 # Where a py-spy stack (outermost first) is spending its sample, by the first match.
 BUCKETS = [
     ("filter handler", re.compile(r"filter_nodes \(tas_extender")),
@@ -34,11 +33,6 @@ BUCKETS = [
     ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),
     ("sync loop (metrics file, engine rebuild)", re.compile(r"sync_loop \(tas_extender")),
 ]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def cluster_pids(supervisorctl: str) -> dict[str, int]:
@@ -97,7 +91,7 @@ class Probe:
     def _sample(self) -> tuple[dict[str, int], dict[str, float], dict[str, tuple[float, float]]]:
         pids = cluster_pids(self.supervisorctl)  # looked up now: the run restarts kube-scheduler
         pids["tas-extender (bench)"] = self.server.proc.pid
-        return pids, {name: cpu_seconds(pid) for name, pid in pids.items()}, extender_requests(self.server)
+        return pids, {name: latency.cpu_seconds(pid) for name, pid in pids.items()}, extender_requests(self.server)
 
     def start(self) -> None:
         self.pids, self.cpu, self.requests = self._sample()
@@ -121,12 +115,13 @@ def run(server: latency.Server, pods: int, tls: list[str], supervisorctl: str, r
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(2)  # py-spy attaches
     probe = Probe(server, supervisorctl)
-    out = results / "profile-throughput.json"
-    throughput.main(["--pods", str(pods), "--modes", "node-names", "--extender-url", f"{server.url}/scheduler",
-                     *tls, "--supervisorctl", supervisorctl, "--out", str(out)], probe=probe)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "throughput.json"
+        throughput.main(["--pods", str(pods), "--modes", "node-names", "--extender-url", f"{server.url}/scheduler",
+                         *tls, "--supervisorctl", supervisorctl, "--out", str(out)], probe=probe)
+        bound = json.loads(out.read_text())[0]
     spy.send_signal(signal.SIGINT)
     spy.wait(60)
-    bound = json.loads(out.read_text())[0]
     return {"pods": pods, "bind_seconds": bound["seconds"],
             "cpu_seconds_by_process": dict(sorted(probe.cpu.items(), key=lambda kv: -kv[1])),
             "extender_requests": probe.requests,

@@ -98,6 +98,12 @@ def spread_demo_pods(probes: Probes, deadline: float = 120) -> None:
     raise TimeoutError(f"no demo pod runs on {NODE}")
 
 
+def replaced(probes: Probes, total: int) -> bool:
+    """All `total` demo pods are back, Running, and none on NODE."""
+    pods = [p for p in probes.demo_pods() if not p.metadata.deletion_timestamp]
+    return len(pods) >= total and all(p.status.phase == "Running" and p.spec.node_name != NODE for p in pods)
+
+
 def one_run(probes: Probes, deadline: float = 180) -> dict[str, float]:
     spread_demo_pods(probes)
     on_node = {p.metadata.name for p in probes.demo_pods() if p.spec.node_name == NODE}
@@ -116,9 +122,7 @@ def one_run(probes: Probes, deadline: float = 180) -> dict[str, float]:
         # KWOK completes an eviction at once: the pod may be gone before a poll sees it terminating.
         "pod_evicted": lambda: bool(on_node - {p.metadata.name for p in probes.demo_pods()
                                                if not p.metadata.deletion_timestamp}),
-        "replacements_running": lambda: (lambda pods: len(pods) >= total and all(
-            p.status.phase == "Running" and p.spec.node_name != NODE for p in pods))(
-            [p for p in probes.demo_pods() if not p.metadata.deletion_timestamp]),
+        "replacements_running": lambda: replaced(probes, total),
     }
     while len(seen) < len(checks) and time.monotonic() - start < deadline:
         for stage, check in checks.items():

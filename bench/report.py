@@ -6,6 +6,7 @@ import json
 import pathlib
 
 import matplotlib
+from tas_extender.cli import duration  # the extender's own parser of Go-style durations
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -233,10 +234,6 @@ def _find(samples: list[dict], **match) -> dict | None:
     return next((s for s in samples if all(s.get(k) == v for k, v in match.items())), None)
 
 
-def _seconds(duration: str) -> float:
-    return float(duration[:-1]) * {"s": 1, "m": 60}[duration[-1]]
-
-
 def _targets(latency: list[dict], throughput: list[dict], reaction: dict | None = None,
              memory: dict | None = None) -> list[str]:
     """The benchmark issue's targets against the measured figures; a miss says so."""
@@ -272,8 +269,8 @@ def _targets(latency: list[dict], throughput: list[dict], reaction: dict | None 
             row(f"Full Nodes: memory does not grow across {memory['calls']} calls ({memory['nodes']} nodes)",
                 f"{grew:+} MiB from call {memory['samples'][2]['calls']} to {memory['calls']}", grew < 5)
     if reaction and "extender_filter" in reaction["summary"]:
-        budget = (_seconds(reaction["settings"]["prometheus_scrape_interval"])
-                  + _seconds(reaction["settings"]["extender_sync_period"]) + 1)
+        budget = (duration(reaction["settings"]["prometheus_scrape_interval"])
+                  + duration(reaction["settings"]["extender_sync_period"]) + 1)
         worst = reaction["summary"]["extender_filter"]["max_s"]
         row(f"Reaction (a), textfile to the extender's decision, within scrape + sync + 1 s ({budget:g} s)",
             f"{worst} s (worst of {len(reaction['runs'])})", worst <= budget)

@@ -21,7 +21,6 @@ from tas_extender.engine import Engine
 from tas_extender.load.decide import combine, is_daemonset_pod
 from tas_extender.load.mode import LoadAware
 from tas_extender.telemetry import Telemetry
-from tas_extender.wire import BadRequest
 
 log = logging.getLogger("tas_extender.extender")
 JSON = "application/json"
@@ -75,15 +74,15 @@ def _json(body: object, status: int = 200) -> Response:
 async def _read_body(request: Request, limit: int) -> bytes:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != JSON:
-        raise BadRequest(415, f"Content-Type must be {JSON}, got {content_type or 'nothing'}")
+        raise wire.BadRequest(415, f"Content-Type must be {JSON}, got {content_type or 'nothing'}")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+        raise wire.BadRequest(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(413, f"request body exceeds the limit of {limit} bytes")
+            raise wire.BadRequest(413, f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -125,8 +124,8 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         return _json({"Error": str(exc)}, 400)
 
-    @app.exception_handler(BadRequest)
-    async def _bad_request(request: Request, exc: BadRequest) -> Response:
+    @app.exception_handler(wire.BadRequest)
+    async def _bad_request(request: Request, exc: wire.BadRequest) -> Response:
         verb = request.url.path.rsplit("/", 1)[-1]
         telemetry.bad_requests.labels(verb, str(exc.status)).inc()
         body: object = {"Error": exc.message}
