@@ -2,14 +2,13 @@
 # Build the local cluster's Go binaries from the Go module proxy, once per version.
 #
 # Each binary lands in $TAS_BIN_CACHE/<component>-<version>/ and is skipped when already there,
-# so a warm cache costs nothing. Versions come from the environment (the local_cluster role
-# passes its defaults); nothing here pins a version of its own.
+# so a warm cache costs nothing. Versions come from the environment (the cluster roles pass
+# their defaults); nothing here pins a version of its own. Each component asks for its own
+# version variable, so a caller only sets the ones it builds.
 set -euo pipefail
 
 : "${TAS_BIN_CACHE:?set TAS_BIN_CACHE to the cache directory}"
-: "${KUBERNETES_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${DESCHEDULER_VERSION:?}"
-: "${PROMETHEUS_ADAPTER_VERSION:?}" "${KIND_VERSION:?}"
-COMPONENTS="${COMPONENTS:-kubernetes etcd kwok descheduler prometheus-adapter kind}"
+: "${COMPONENTS:?set COMPONENTS to the components to build}"
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 work="$(mktemp -d)"
@@ -23,9 +22,11 @@ wrapper_module() {
 }
 
 build_kubernetes() {
-  local v="$KUBERNETES_VERSION" out="$TAS_BIN_CACHE/kubernetes-$KUBERNETES_VERSION"
-  [[ -x "$out/kube-apiserver" && -x "$out/kube-controller-manager" && -x "$out/kube-scheduler" && -x "$out/kubectl" ]] && return
-  log "kubernetes $v"
+  local v="${KUBERNETES_VERSION:?}" out="$TAS_BIN_CACHE/kubernetes-$KUBERNETES_VERSION"
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm) missing=() c
+  for c in "${cmds[@]}"; do [[ -x "$out/$c" ]] || missing+=("$c"); done
+  ((${#missing[@]})) || return 0
+  log "kubernetes $v: ${missing[*]}"
   local d="$work/kubernetes"
   wrapper_module "$d" local/kubernetes-wrapper
   local minor="${v#v1.}"; minor="${minor%%.*}"
@@ -50,20 +51,23 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
 )
 GO
   (cd "$d" && go mod tidy)
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  mkdir -p "$out.tmp"
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  mkdir -p "$out"
+  for cmd in "${missing[@]}"; do
     log "  go build $cmd"
-    (cd "$d" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+    (cd "$d" && go build -trimpath -ldflags "$ldflags" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+    mv "$out/$cmd.tmp" "$out/$cmd"
   done
-  rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
 build_etcd() {
-  local v="$ETCD_VERSION" out="$TAS_BIN_CACHE/etcd-$ETCD_VERSION"
+  local v="${ETCD_VERSION:?}" out="$TAS_BIN_CACHE/etcd-$ETCD_VERSION"
   [[ -x "$out/etcd" ]] && return
   log "etcd $v"
   local d="$work/etcd"
@@ -95,7 +99,7 @@ GO
 }
 
 build_kwok() {
-  local v="$KWOK_VERSION" out="$TAS_BIN_CACHE/kwok-$KWOK_VERSION"
+  local v="${KWOK_VERSION:?}" out="$TAS_BIN_CACHE/kwok-$KWOK_VERSION"
   [[ -x "$out/kwok" && -d "$out/stages" ]] && return
   log "kwok $v"
   mkdir -p "$out.tmp/stages"
@@ -133,24 +137,82 @@ build_from_module() {
 }
 
 build_descheduler() {
-  build_from_module descheduler sigs.k8s.io/descheduler "$DESCHEDULER_VERSION" \
+  build_from_module descheduler sigs.k8s.io/descheduler "${DESCHEDULER_VERSION:?}" \
     sigs.k8s.io/descheduler/cmd/descheduler \
     "-X sigs.k8s.io/descheduler/pkg/version.version=$DESCHEDULER_VERSION"
 }
 
 build_prometheus-adapter() {
-  build_from_module prometheus-adapter sigs.k8s.io/prometheus-adapter "$PROMETHEUS_ADAPTER_VERSION" \
+  build_from_module prometheus-adapter sigs.k8s.io/prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION:?}" \
     sigs.k8s.io/prometheus-adapter/cmd/adapter \
     "-X k8s.io/component-base/version.gitVersion=$PROMETHEUS_ADAPTER_VERSION"
 }
 
 build_kind() {
-  local v="$KIND_VERSION" out="$TAS_BIN_CACHE/kind-$KIND_VERSION"
+  local v="${KIND_VERSION:?}" out="$TAS_BIN_CACHE/kind-$KIND_VERSION"
   [[ -x "$out/kind" ]] && return
   log "kind $v"
   mkdir -p "$out.tmp"
   GOBIN="$out.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$v"
   rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+# The real-node cluster's runtime: containerd 2.x has no replace directives, so a plain
+# `go install` works; the tags drop snapshotters that need cgo or devices (overlayfs is used).
+build_containerd() {
+  local v="${CONTAINERD_VERSION:?}" out="$TAS_BIN_CACHE/containerd-$CONTAINERD_VERSION"
+  [[ -x "$out/containerd" && -x "$out/ctr" && -x "$out/containerd-shim-runc-v2" ]] && return
+  log "containerd $v"
+  mkdir -p "$out.tmp"
+  local m=github.com/containerd/containerd/v2
+  GOBIN="$out.tmp" go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags "-s -w -X $m/version.Version=$v" \
+    "$m/cmd/containerd@$v" "$m/cmd/ctr@$v" "$m/cmd/containerd-shim-runc-v2@$v"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+# CoreDNS with only the plugins kubeadm's Corefile uses: the full plugin set (every cloud
+# DNS provider) triples the build time for nothing.
+build_coredns() {
+  local v="${COREDNS_VERSION:?}" out="$TAS_BIN_CACHE/coredns-$COREDNS_VERSION"
+  [[ -x "$out/coredns" ]] && return
+  log "coredns $v (kubeadm's plugins only)"
+  local d="$work/coredns" p
+  wrapper_module "$d" local/coredns-wrapper
+  printf 'require github.com/coredns/coredns %s\n' "$v" >>"$d/go.mod"
+  {
+    printf 'package main\n\nimport (\n'
+    for p in errors health ready kubernetes metrics forward cache loop reload loadbalance log; do
+      printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$p"
+    done
+    printf '\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n'
+  } >"$d/main.go"
+  (cd "$d" && go mod tidy)
+  mkdir -p "$out.tmp"
+  (cd "$d" && go build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$v" -o "$out.tmp/coredns" .)
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+build_node-exporter() {
+  local v="${NODE_EXPORTER_VERSION:?}" out="$TAS_BIN_CACHE/node-exporter-$NODE_EXPORTER_VERSION"
+  [[ -x "$out/node_exporter" ]] && return
+  log "node-exporter $v"
+  mkdir -p "$out.tmp"
+  GOBIN="$out.tmp" go install -trimpath \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" \
+    "github.com/prometheus/node_exporter@$v"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+# Prometheus publishes its Go module as v0.<minor>.<patch> for release v2.<minor>.<patch>; the
+# web UI's assets are not in the module, so the UI is absent and the HTTP API is complete.
+build_prometheus() {
+  local v="${PROMETHEUS_VERSION:?}" m="v0.${PROMETHEUS_VERSION#v2.}"
+  [[ -x "$TAS_BIN_CACHE/prometheus-$v/prometheus" ]] && return
+  build_from_module prometheus github.com/prometheus/prometheus "$m" \
+    github.com/prometheus/prometheus/cmd/prometheus \
+    "-X github.com/prometheus/common/version.Version=${v#v}"
+  [[ -e "$TAS_BIN_CACHE/prometheus-$v" ]] || mv "$TAS_BIN_CACHE/prometheus-$m" "$TAS_BIN_CACHE/prometheus-$v"
 }
 
 mkdir -p "$TAS_BIN_CACHE"

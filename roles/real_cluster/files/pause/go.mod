@@ -1,0 +1,3 @@
+module tas.local/pause
+
+go 1.24

@@ -1,0 +1,107 @@
+"""What the real-node cluster could leave behind on the host, read straight from the kernel.
+
+    python tests/realnode/host_state.py snapshot FILE    before the cluster comes up
+    python tests/realnode/host_state.py compare FILE     after it went down: exit 1 and list
+                                                          every difference
+
+Independent of roles/real_cluster/files/realnode.sh on purpose: the test must not trust the
+code it checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+CLUSTER_MARKERS = ("tas-real-cluster", "tasrn")
+SYSCTLS = (
+    "net/ipv4/ip_forward",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
+)
+NODE_DIRS = (
+    "/etc/kubernetes", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd",
+    "/var/lib/etcd", "/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/var/lib/cni",
+    "/run/netns",
+)
+
+
+def _run(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+
+
+def _processes() -> list[str]:
+    """Processes that belong to the cluster: named for it, or in its cgroups or namespaces."""
+    init_ns = {kind: os.readlink(f"/proc/1/ns/{kind}") for kind in ("mnt", "net")}
+    found = []
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            cgroups = (proc / "cgroup").read_text()
+            ns = {kind: os.readlink(proc / "ns" / kind) for kind in ("mnt", "net")}
+        except OSError:
+            continue
+        if proc.name == str(os.getpid()):
+            continue
+        if (any(m in cmdline or m in cgroups for m in CLUSTER_MARKERS)
+                or ns["net"] != init_ns["net"] or ns["mnt"] != init_ns["mnt"]):
+            found.append(f"{proc.name} {cmdline[:120]}")
+    return sorted(found)
+
+
+def snapshot() -> dict[str, object]:
+    cgroups = sorted(
+        str(d) for h in pathlib.Path("/sys/fs/cgroup").iterdir() if h.is_dir()
+        for d in h.iterdir() if d.is_dir()
+    )
+    sysctls = {}
+    for name in SYSCTLS:
+        try:
+            sysctls[name] = pathlib.Path("/proc/sys", name).read_text().strip()
+        except OSError:
+            sysctls[name] = None
+    return {
+        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()),
+        "addresses": sorted(_run("ip", "-o", "address", "show").splitlines()),
+        "routes": sorted(_run("ip", "route", "show", "table", "all").splitlines()),
+        "network namespaces": sorted(_run("ip", "netns", "list").splitlines()),
+        "mounts": sorted(line.split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()),
+        "cgroups": cgroups,
+        "nftables": _run("nft", "list", "ruleset").splitlines(),
+        "iptables": [l for l in _run("iptables-save").splitlines() if not l.startswith("#")],
+        "sysctls": sysctls,
+        "host directories": [d for d in NODE_DIRS if os.path.exists(d)],
+        "processes": _processes(),
+    }
+
+
+def compare(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    problems = []
+    for key, old in before.items():
+        new = after.get(key)
+        if isinstance(old, list) and isinstance(new, list):
+            added = [x for x in new if x not in old]
+            removed = [x for x in old if x not in new]
+            problems += [f"{key}: left behind {x!r}" for x in added]
+            problems += [f"{key}: gone {x!r}" for x in removed]
+        elif old != new:
+            problems.append(f"{key}: was {old!r}, now {new!r}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    command, path = argv
+    if command == "snapshot":
+        pathlib.Path(path).write_text(json.dumps(snapshot(), indent=1))
+        return 0
+    problems = compare(json.loads(pathlib.Path(path).read_text()), snapshot())
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
