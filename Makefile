@@ -14,7 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv cluster cluster-down demo test unit lint integration molecule reliability bench soak clean
+.PHONY: help venv cluster cluster-down real-cluster real-cluster-down demo test unit lint integration molecule realnode reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -33,6 +33,12 @@ cluster: venv ## Bring the local cluster up (builds its binaries once, cached in
 
 cluster-down: venv ## Stop the local cluster and remove its state
 	ansible-playbook playbooks/cluster.yml -e cluster_state=absent
+
+real-cluster: venv ## Bring the real-node cluster up: kubeadm, a control plane and 3 workers running real containers
+	ansible-playbook playbooks/real_cluster.yml
+
+real-cluster-down: venv ## Stop the real-node cluster and leave the machine as it was
+	ansible-playbook playbooks/real_cluster.yml -e cluster_state=absent
 
 demo: cluster ## Install everything on the local cluster and run the health-metric demo
 	ansible-playbook playbooks/site.yml
@@ -57,7 +63,10 @@ reliability: venv ## Faults, failover and RBAC against the stack `make demo` pro
 molecule: venv ## The health-metric demo end to end: cluster up, converge, idempotence, verify, down
 	molecule test -s default
 
-test: unit lint integration molecule ## Everything CI runs
+realnode: venv ## The real-node cluster: up, up again (no change), tests/realnode, down (host as before)
+	molecule test -s realnode
+
+test: unit lint integration molecule realnode ## Everything CI runs
 
 bench: venv ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench

@@ -4,7 +4,7 @@
 # Prints the archive's path, after "built" when it had to be built. The archive's name carries
 # a hash of the source, so an edit to the app gives a new image and a stale one is never used.
 set -euo pipefail
-src=$1 rootfs=$2 out_dir=$3 name=$4 python=$5 oci_image=$6
+src=$(cd "$1" && pwd) rootfs=$2 out_dir=$3 name=$4 python=$5 oci_image=$6
 
 hash=$(cd "$src" && find . -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
   -not -path './build/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
