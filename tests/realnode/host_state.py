@@ -35,7 +35,7 @@ def _run(*argv: str) -> str:
 
 def _processes() -> list[str]:
     """Processes that belong to the cluster: named for it, or in its cgroups or namespaces."""
-    init_ns = {kind: os.readlink(f"/proc/1/ns/{kind}") for kind in ("mnt", "net")}
+    init_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("mnt", "net")}
     found = []
     for proc in pathlib.Path("/proc").glob("[0-9]*"):
         try:

@@ -54,7 +54,8 @@ make_cgroup() {
 
 remove_cgroup() { # deepest first: a cgroup directory only goes with rmdir, once it is empty
   local h
-  for h in $(cgroup_hierarchies); do
+  # runc also mirrors the pods' cgroups into the v2 hierarchy of a hybrid host
+  for h in $(cgroup_hierarchies) /sys/fs/cgroup/unified; do
     [[ -d $h/$1 ]] || continue
     find "$h/$1" -depth -type d -exec rmdir {} + 2>/dev/null || true
     [[ -d $h/$1 ]] && die "cgroup $h/$1 still has processes"
@@ -182,7 +183,8 @@ node_pids() { # every process in the node's namespaces or cgroups (containers ha
 }
 
 node_down() {
-  local state=$1 name=$2 cgroup=$3 netns=$NETNS_PREFIX$name pids signal try file
+  local state=$1 name=$2 cgroup=$3 netns pids signal try file
+  netns=$NETNS_PREFIX$name
   CHANGED=0
   # The kubelet leaves its containers running when it stops, and shims outlive containerd:
   # stop everything that lives in the node, politely first.
@@ -231,7 +233,7 @@ leftovers() {
   local state=$1 bridge=$2 cgroup=$3 h
   ip link show "$bridge" >/dev/null 2>&1 && echo "bridge $bridge"
   ip netns list | awk -v p="$NETNS_PREFIX" 'index($1, p) == 1 {print "network namespace " $1}'
-  for h in $(cgroup_hierarchies); do [[ -d $h/$cgroup ]] && echo "cgroup $h/$cgroup"; done
+  for h in $(cgroup_hierarchies) /sys/fs/cgroup/unified; do [[ -d $h/$cgroup ]] && echo "cgroup $h/$cgroup"; done
   awk -v s="$state" 'index($5, s) == 1 {print "mount " $5}' /proc/self/mountinfo
   [[ -s $state/created-host-dirs ]] && sed 's/^/host directory /' "$state/created-host-dirs"
   true
