@@ -99,6 +99,36 @@ def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
         log.info("... and %d more nodes violating %s", len(failed) - LOGGED_NODES, policy)
 
 
+def add_health_routes(app: FastAPI, engine: Engine, readiness: Callable[[], list[str]]) -> None:
+    """GET /healthz (the process answers) and GET /readyz (it can decide) on `app`."""
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        waiting = readiness()
+        if waiting:
+            return _json({"status": "not ready", "waiting": waiting}, 503)
+        # A metric source that fails after the first sync does not make the extender unready:
+        # it still decides (the missing-metric policy applies), and taking it out of service
+        # would stall scheduling. The body says what is degraded.
+        cache = engine.cache
+        if not cache.source_up and engine.store.metric_names():
+            return _json({"status": "ready", "degraded": [
+                f"metric source {cache.source.name} down: {cache.last_error or 'no answer'}"]})
+        return _json({"status": "ready"})
+
+
+def create_health_app(engine: Engine, readiness: Callable[[], list[str]]) -> FastAPI:
+    """Only /healthz and /readyz, for a plain-HTTP port the kubelet's probes can reach
+    without a client certificate; nothing there reveals or decides anything."""
+    app = FastAPI(title="tas-extender health", docs_url=None, redoc_url=None, openapi_url=None)
+    add_health_routes(app, engine, readiness)
+    return app
+
+
 def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                readiness: Callable[[], list[str]],
                on_shutdown: Callable[[], None] | None = None,
@@ -164,23 +194,7 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         telemetry.latency.labels("prioritize").observe(time.perf_counter() - start)
         return response
 
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return _json({"status": "ok"})
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        waiting = readiness()
-        if waiting:
-            return _json({"status": "not ready", "waiting": waiting}, 503)
-        # A metric source that fails after the first sync does not make the extender unready:
-        # it still decides (the missing-metric policy applies), and taking it out of service
-        # would stall scheduling. The body says what is degraded.
-        cache = engine.cache
-        if not cache.source_up and engine.store.metric_names():
-            return _json({"status": "ready", "degraded": [
-                f"metric source {cache.source.name} down: {cache.last_error or 'no answer'}"]})
-        return _json({"status": "ready"})
+    add_health_routes(app, engine, readiness)
 
     @app.get("/metrics")
     async def metrics() -> Response:

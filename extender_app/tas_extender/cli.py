@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -72,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cert", help="server certificate (PEM)")
     serve.add_argument("--key", help="server private key (PEM)")
     serve.add_argument("--cacert", help="CA that signs the clients' certificates (mutual TLS)")
+    serve.add_argument("--health-port", type=int, default=0,
+                       help="also serve GET /healthz and /readyz, and nothing else, over plain HTTP on "
+                            "this port (for the kubelet's probes, which have no client certificate); 0: off")
     serve.add_argument("--unsafe", action="store_true", help="serve plain HTTP without TLS (testing only)")
     serve.add_argument("--syncPeriod", "--sync-period", dest="sync_period", type=duration, default=5.0,
                        help="how often metrics are fetched and labels reconciled (5s)")
@@ -267,8 +272,40 @@ def serve(args) -> int:
 
         config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
         CertificateReloader(config.ssl, args.cert, args.key, args.cacert).start()
-    uvicorn.Server(config).run()
+    servers = [uvicorn.Server(config)]
+    if args.health_port:
+        from tas_extender.api import create_health_app
+
+        servers.append(_quiet_server(uvicorn.Config(
+            create_health_app(engine, readiness), host=args.host, port=args.health_port,
+            log_level=args.log_level, http="httptools", loop="uvloop", access_log=False)))
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(_serve_together(servers))
     return 0
+
+
+def _quiet_server(config):
+    """A uvicorn server that leaves SIGTERM and SIGINT to the main one, which stops it."""
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
+
+    return QuietServer(config)
+
+
+async def _serve_together(servers) -> None:
+    """Run the main server and any others until the main one stops (SIGTERM, SIGINT)."""
+    main, *others = servers
+    tasks = [asyncio.create_task(server.serve()) for server in others]
+    try:
+        await main.serve()
+    finally:
+        for server in others:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def main(argv: list[str] | None = None) -> int:
