@@ -23,7 +23,7 @@ SYSCTLS = (
     "net/bridge/bridge-nf-call-ip6tables",
 )
 NODE_DIRS = (
-    "/etc/kubernetes", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd",
+    "/etc/kubernetes", "/etc/tas", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd",
     "/var/lib/etcd", "/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/var/lib/cni",
     "/run/netns",
 )

@@ -206,13 +206,26 @@ build_node-exporter() {
 
 # Prometheus publishes its Go module as v0.<minor>.<patch> for release v2.<minor>.<patch>; the
 # web UI's assets are not in the module, so the UI is absent and the HTTP API is complete.
+# promtool comes with it, as in Prometheus's own image, to check configurations where they run.
 build_prometheus() {
-  local v="${PROMETHEUS_VERSION:?}" m="v0.${PROMETHEUS_VERSION#v2.}"
-  [[ -x "$TAS_BIN_CACHE/prometheus-$v/prometheus" ]] && return
-  build_from_module prometheus github.com/prometheus/prometheus "$m" \
-    github.com/prometheus/prometheus/cmd/prometheus \
-    "-X github.com/prometheus/common/version.Version=${v#v}"
-  [[ -e "$TAS_BIN_CACHE/prometheus-$v" ]] || mv "$TAS_BIN_CACHE/prometheus-$m" "$TAS_BIN_CACHE/prometheus-$v"
+  local v="${PROMETHEUS_VERSION:?}" m="v0.${PROMETHEUS_VERSION#v2.}" out="$TAS_BIN_CACHE/prometheus-$PROMETHEUS_VERSION"
+  [[ -x "$out/prometheus" && -x "$out/promtool" ]] && return
+  log "prometheus $v (module $m) and promtool"
+  local d="$work/prometheus" cmd
+  wrapper_module "$d" local/prometheus-wrapper
+  printf 'require github.com/prometheus/prometheus %s\n' "$m" >>"$d/go.mod"
+  local upstream
+  upstream="$(cd "$d" && go mod download -json "github.com/prometheus/prometheus@$m" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  awk '/^replace \(/{f=1;next} f&&/^\)/{f=0;next} f{print "replace " $0} /^replace [^(]/{print}' "$upstream" \
+    | grep -v '=> \.' >>"$d/go.mod" || true
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "github.com/prometheus/prometheus/cmd/prometheus"\n\t_ "github.com/prometheus/prometheus/cmd/promtool"\n)\n' >"$d/tools.go"
+  (cd "$d" && go mod tidy)
+  mkdir -p "$out.tmp"
+  for cmd in prometheus promtool; do
+    (cd "$d" && go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${v#v}" \
+      -o "$out.tmp/$cmd" "github.com/prometheus/prometheus/cmd/$cmd")
+  done
+  rm -rf "$out" && mv "$out.tmp" "$out"
 }
 
 mkdir -p "$TAS_BIN_CACHE"

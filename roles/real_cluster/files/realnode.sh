@@ -20,7 +20,7 @@
 set -euo pipefail
 
 # Directories each node has for itself, bind-mounted over the host's in its mount namespace.
-NODE_DIRS=(/etc/kubernetes /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
+NODE_DIRS=(/etc/kubernetes /etc/tas /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
   /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /tmp)
 NETNS_PREFIX=tasrn-
 
