@@ -5,8 +5,12 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 PYTHON ?= python3
-# The local cluster's state (kubeconfig, bin/, logs/); see roles/local_cluster.
+# The local clusters' state (kubeconfig, bin/, logs/): KWOK's (roles/local_cluster) and the
+# real-node cluster's (roles/real_cluster).
 TAS_LOCAL_CLUSTER_DIR ?= $(HOME)/.local/state/tas-local-cluster
+TAS_REAL_CLUSTER_DIR ?= $(HOME)/.local/state/tas-real-cluster
+# Commands against the real-node cluster: its kubeconfig and its kubectl first.
+ON_REAL_CLUSTER := KUBECONFIG=$(TAS_REAL_CLUSTER_DIR)/kubeconfig PATH=$(TAS_REAL_CLUSTER_DIR)/bin:$$PATH
 
 export KUBECONFIG ?= $(TAS_LOCAL_CLUSTER_DIR)/kubeconfig
 export PATH := $(CURDIR)/$(VENV)/bin:$(TAS_LOCAL_CLUSTER_DIR)/bin:$(PATH)
@@ -14,7 +18,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv cluster cluster-down real-cluster real-cluster-down demo test unit lint integration molecule realnode reliability bench soak clean
+.PHONY: help venv cluster cluster-down real-cluster real-cluster-down demo demo-kwok test unit lint integration molecule realnode reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -28,19 +32,23 @@ $(VENV)/.installed: requirements.txt extender_app/pyproject.toml
 	$(VENV)/bin/pip install --quiet ./extender_app
 	touch $@
 
-cluster: venv ## Bring the local cluster up (builds its binaries once, cached in ~/.cache)
+cluster: venv ## Bring the KWOK cluster up (builds its binaries once, cached in ~/.cache)
 	ansible-playbook playbooks/cluster.yml
 
-cluster-down: venv ## Stop the local cluster and remove its state
+cluster-down: venv ## Stop the KWOK cluster and remove its state
 	ansible-playbook playbooks/cluster.yml -e cluster_state=absent
 
 real-cluster: venv ## Bring the real-node cluster up: kubeadm, a control plane and 3 workers running real containers
-	ansible-playbook playbooks/real_cluster.yml
+	ansible-playbook -i inventory/real playbooks/real_cluster.yml
 
 real-cluster-down: venv ## Stop the real-node cluster and leave the machine as it was
-	ansible-playbook playbooks/real_cluster.yml -e cluster_state=absent
+	ansible-playbook -i inventory/real playbooks/real_cluster.yml -e cluster_state=absent
 
-demo: cluster ## Install everything on the local cluster and run the health-metric demo
+demo: real-cluster ## Install everything with the roles' defaults on the real-node cluster and run the health-metric demo
+	$(ON_REAL_CLUSTER) ansible-playbook -i inventory/real playbooks/site.yml
+	$(ON_REAL_CLUSTER) ansible-playbook -i inventory/real playbooks/health_metric_demo.yml
+
+demo-kwok: cluster ## The same demo on the KWOK cluster, every service on the host (faster, no containers)
 	ansible-playbook playbooks/site.yml
 	ansible-playbook playbooks/health_metric_demo.yml
 
@@ -57,14 +65,14 @@ lint: venv ## ansible-lint (production profile), ansible-test sanity, collection
 integration: cluster ## Tests against the local cluster's real API server
 	pytest tests/integration
 
-reliability: venv ## Faults, failover and RBAC against the stack `make demo` provisioned (molecule's verify runs them too)
+reliability: venv ## Faults, failover and RBAC against the stack `make demo-kwok` provisioned (molecule's verify runs them too)
 	pytest -p no:cacheprovider tests/reliability
 
 molecule: venv ## The health-metric demo end to end: cluster up, converge, idempotence, verify, down
 	molecule test -s default
 
-realnode: venv ## The real-node cluster: up, up again (no change), tests/realnode, down (host as before)
-	molecule test -s realnode
+realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice, the demo and tests, down (host as before)
+	$(ON_REAL_CLUSTER) molecule test -s realnode
 
 test: unit lint integration molecule realnode ## Everything CI runs
 
