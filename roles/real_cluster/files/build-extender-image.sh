@@ -2,12 +2,12 @@
 # Build the tas-extender image archive from the project's own source, once per source state.
 #   build-extender-image.sh SOURCE_DIR PYTHON_ROOTFS.tar OUT_DIR IMAGE_NAME PYTHON OCI_IMAGE_PY
 # Prints the archive's path, after "built" when it had to be built. The archive's name carries
-# a hash of the source, so an edit to the app gives a new image and a stale one is never used.
+# a hash of the source and the base, so an edit to the app gives a new image, never a stale one.
 set -euo pipefail
 src=$(cd "$1" && pwd) rootfs=$2 out_dir=$3 name=$4 python=$5 oci_image=$6
 
-hash=$(cd "$src" && find . -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
-  -not -path './build/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+hash=$( { basename "$rootfs"; cd "$src" && find . -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
+  -not -path './build/*' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
 out=$out_dir/tas-extender-$hash.tar
 if [[ -s $out ]]; then echo "$out"; exit 0; fi
 
