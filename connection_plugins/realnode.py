@@ -15,10 +15,13 @@ description:
 author: telemetry-aware scheduling maintainers
 options:
   node:
-    description: Name of the node (its network namespace is tasrn-NODE).
+    description:
+      - Name of the node (its network namespace is tasrn-NODE); the host's name, or the
+        delegated host's for a delegated task, as the ssh connection picks its host.
     vars:
-      - name: realnode_name
       - name: inventory_hostname
+      - name: ansible_host
+      - name: delegated_vars['ansible_host']
   state_dir:
     description: The real-node cluster's state directory (real_cluster_dir).
     required: true
