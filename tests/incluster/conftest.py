@@ -1,0 +1,68 @@
+"""Fixtures of the in-cluster checks: the real-node cluster after playbooks/site.yml ran on it
+with the roles' defaults (molecule scenario realnode)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from support import REPO, get_raw
+
+REAL_CLUSTER_DIR = pathlib.Path(
+    os.environ.get("TAS_REAL_CLUSTER_DIR", pathlib.Path.home() / ".local" / "state" / "tas-real-cluster")
+)
+EXTENDER_NS, MONITORING_NS, ADAPTER_NS = "telemetry-aware-scheduling", "monitoring", "custom-metrics"
+WORKERS = ["node-1", "node-2", "node-3"]
+
+
+# A node's own directories, as realnode.sh bind-mounts them from nodes/<node>/fs/.
+NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas", "/tmp": "tmp"}
+
+
+def node_path(node: str, path: str) -> pathlib.Path:
+    """Where a path of one node's own directories (/etc/tas, /tmp ...) is seen from this machine."""
+    for root, flat in NODE_DIRS.items():
+        if path == root or path.startswith(root + "/"):
+            return REAL_CLUSTER_DIR / "nodes" / node / "fs" / flat / path[len(root):].lstrip("/")
+    raise ValueError(f"{path} is not in one of a node's own directories {sorted(NODE_DIRS)}")
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    from kubernetes import config
+
+    path = REAL_CLUSTER_DIR / "kubeconfig"
+    if not path.exists():
+        pytest.fail(f"no kubeconfig at {path}: run make demo (or the realnode scenario) first")
+    api = config.new_client_from_config(config_file=str(path))
+    try:
+        assert get_raw(api, "/readyz").strip() == b"ok"
+    finally:
+        api.close()
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: str) -> Iterator[object]:
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    yield api
+    api.close()
+
+
+def ansible_playbook(*args: str) -> subprocess.CompletedProcess:
+    """Run a playbook against the real-node cluster, as make demo does."""
+    env = dict(os.environ, KUBECONFIG=str(REAL_CLUSTER_DIR / "kubeconfig"),
+               PATH=f"{REAL_CLUSTER_DIR / 'bin'}:{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}",
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    result = subprocess.run([str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
+                             "-i", str(REPO / "inventory" / "real"), *args],
+                            cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return result

@@ -1,0 +1,269 @@
+"""What playbooks/site.yml runs in the cluster with the roles' defaults, checked from the pods'
+own answers, and how it copes when its pods are killed, replaced or reconfigured.
+
+Runs on the real-node cluster after site.yml and the health-metric demo (molecule scenario
+realnode); every node's health is 0 before and after each test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import ssl
+import threading
+import uuid
+
+import httpx
+import pytest
+from cryptography import x509
+from kubernetes import client
+
+from conftest import ADAPTER_NS, EXTENDER_NS, MONITORING_NS, WORKERS, ansible_playbook, node_path
+from support import get_raw, wait_for
+
+DEADLINE = 180
+DEMO_NS, DEMO_POLICY = "health-metric-demo", "demo-policy"
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def node_ip(core: client.CoreV1Api, name: str) -> str:
+    node = core.read_node(name)
+    return next(a.address for a in node.status.addresses if a.type == "InternalIP")
+
+
+def ready_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+            and all(c.ready for c in p.status.container_statuses or [])]
+
+
+def set_health(node: str, value: int) -> None:
+    ansible_playbook("playbooks/set_health.yml", "-e", f"node={node}", "-e", f"value={value}")
+
+
+def client_tls(verify: bool = True) -> ssl.SSLContext:
+    """The kube-scheduler's client certificate as it is on the control plane now; the extender
+    is reached by pod IP, so its name is not checked."""
+    if verify:
+        context = ssl.create_default_context(cafile=str(node_path("control-plane", "/etc/tas/pki/ca.crt")))
+    else:
+        context = ssl.create_default_context()
+        context.verify_mode = ssl.CERT_NONE
+    context.check_hostname = False
+    context.load_cert_chain(str(node_path("control-plane", "/etc/tas/pki/scheduler-client.crt")),
+                            str(node_path("control-plane", "/etc/tas/pki/scheduler-client.key")))
+    return context
+
+
+def served_health(api_client) -> dict[str, str]:
+    body = json.loads(get_raw(api_client, "/apis/custom.metrics.k8s.io/v1beta1/nodes/*/health_metric"))
+    return {i["describedObject"]["name"]: i["value"] for i in body["items"]}
+
+
+def filter_calls(core: client.CoreV1Api, tls: ssl.SSLContext) -> float:
+    """The scheduler's filter calls counted by every extender replica (its own /metrics)."""
+    total = 0.0
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        text = httpx.get(f"https://{pod.status.pod_ip}:9001/metrics", verify=tls, timeout=10).text
+        match = re.search(r'^tas_extender_request_duration_seconds_count\{verb="filter"\} (\S+)$', text, re.M)
+        total += float(match.group(1)) if match else 0.0
+    return total
+
+
+def filter_rejects(core: client.CoreV1Api, tls: ssl.SSLContext, node: str) -> bool:
+    """True when every extender replica's filter rejects `node` for a demo pod."""
+    request = {"Pod": {"metadata": {"name": "probe", "namespace": DEMO_NS,
+                                    "labels": {"telemetry-policy": DEMO_POLICY}}},
+               "NodeNames": WORKERS}
+    pods = ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")
+    return bool(pods) and all(
+        node in httpx.post(f"https://{p.status.pod_ip}:9001/scheduler/filter", json=request,
+                           verify=tls, timeout=10).json()["FailedNodes"]
+        for p in pods)
+
+
+def demo_pod(name: str) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"telemetry-policy": DEMO_POLICY, "app": "probe"}),
+        spec=client.V1PodSpec(containers=[client.V1Container(
+            name="app", image="registry.k8s.io/pause:3.10.2", image_pull_policy="IfNotPresent",
+            resources=client.V1ResourceRequirements(limits={"telemetry/scheduling": "1"}))]))
+
+
+@pytest.fixture
+def healthy_nodes_after():
+    """Whatever a test did to the nodes' health, it is 0 again afterwards."""
+    yield
+    for node in WORKERS:
+        set_health(node, 0)
+
+
+# --- what runs in the pods ----------------------------------------------------------------
+
+def test_each_node_exporter_serves_its_own_nodes_textfile(api_client):
+    core = client.CoreV1Api(api_client)
+    for node in WORKERS:
+        textfile = node_path(node, "/tmp/node-metrics/text.prom").read_text()
+        value = re.search(r"^node_health_metric (\S+)$", textfile, re.M).group(1)
+        metrics = httpx.get(f"http://{node_ip(core, node)}:9100/metrics", timeout=10).text
+        assert re.search(rf"^node_health_metric {re.escape(value)}$", metrics, re.M), (node, value)
+
+
+def test_prometheus_scrapes_every_node_exporter_and_labels_the_node(api_client):
+    core = client.CoreV1Api(api_client)
+    pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
+
+    def all_up() -> bool:
+        targets = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/targets", timeout=10).json()
+        ours = [t for t in targets["data"]["activeTargets"] if t["labels"].get("job") == "tas-node-exporter"]
+        return sorted(t["labels"].get("node") for t in ours) == WORKERS and all(t["health"] == "up" for t in ours)
+
+    wait_for(all_up, DEADLINE, "one node-exporter target per worker, each up and labelled with its node")
+
+
+def test_custom_metrics_api_serves_every_worker(api_client):
+    assert sorted(served_health(api_client)) == WORKERS
+
+
+def test_extender_counts_the_schedulers_calls(api_client):
+    core = client.CoreV1Api(api_client)
+    scheduler_tls = client_tls()
+    before = filter_calls(core, scheduler_tls)
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    try:
+        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
+        wait_for(lambda: filter_calls(core, scheduler_tls) > before, 30,
+                 "an extender replica to count the scheduler's filter call for the new pod")
+    finally:
+        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+
+
+def test_pods_run_as_a_careful_operator_would_run_them(api_client):
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    templates = {
+        "tas-extender": apps.read_namespaced_deployment("tas-extender", EXTENDER_NS).spec.template,
+        "tas-prometheus": apps.read_namespaced_deployment("tas-prometheus", MONITORING_NS).spec.template,
+        "prometheus-adapter": apps.read_namespaced_deployment("prometheus-adapter", ADAPTER_NS).spec.template,
+        "tas-node-exporter": apps.read_namespaced_daemon_set("tas-node-exporter", MONITORING_NS).spec.template,
+        "tas-descheduler": client.BatchV1Api(api_client).read_namespaced_cron_job(
+            "tas-descheduler", "kube-system").spec.job_template.spec.template,
+    }
+    for name, template in templates.items():
+        pod = template.spec.security_context
+        assert pod.run_as_non_root and pod.seccomp_profile.type == "RuntimeDefault", name
+        for container in template.spec.containers + (template.spec.init_containers or []):
+            where = f"{name}/{container.name}"
+            assert container.security_context.read_only_root_filesystem, where
+            assert container.security_context.allow_privilege_escalation is False, where
+            assert container.security_context.capabilities.drop == ["ALL"], where
+            assert container.resources.requests and "memory" in container.resources.limits, where
+    extender = templates["tas-extender"].spec.containers[0]
+    assert extender.liveness_probe.http_get.path == "/healthz"
+    assert extender.readiness_probe.http_get.path == "/readyz"
+    assert len(ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")) == 2
+    budget = client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget("tas-extender", EXTENDER_NS)
+    assert budget.spec.min_available == 1
+
+
+# --- faults -------------------------------------------------------------------------------
+
+def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(api_client, healthy_nodes_after):
+    core = client.CoreV1Api(api_client)
+    scheduler_tls = client_tls()
+    set_health("node-2", 1)
+    wait_for(lambda: filter_rejects(core, scheduler_tls, "node-2"), DEADLINE, "the filter to reject node-2")
+    victim = ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")[0].metadata.name
+    names = [f"burst-{uuid.uuid4().hex[:6]}" for _ in range(8)]
+    killer = threading.Timer(0.5, lambda: core.delete_namespaced_pod(victim, EXTENDER_NS, grace_period_seconds=0))
+    killer.start()
+    try:
+        for name in names:
+            core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+        killer.join()
+        wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
+                 DEADLINE, "every pod of the burst Running")
+        placed = {n: core.read_namespaced_pod(n, DEMO_NS).spec.node_name for n in names}
+        assert "node-2" not in placed.values(), placed
+        wait_for(lambda: len(ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")) == 2,
+                 DEADLINE, "the Deployment to replace the killed extender pod")
+    finally:
+        for name in names:
+            core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+
+
+def test_deleting_the_leader_hands_the_labels_to_the_other_replica(api_client, healthy_nodes_after):
+    core = client.CoreV1Api(api_client)
+    leases = client.CoordinationV1Api(api_client)
+    leader = leases.read_namespaced_lease("tas-extender", EXTENDER_NS).spec.holder_identity
+    leader_pod = next(p.metadata.name for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")
+                      if leader.startswith(p.metadata.name))
+    core.delete_namespaced_pod(leader_pod, EXTENDER_NS)
+    wait_for(lambda: not leases.read_namespaced_lease("tas-extender", EXTENDER_NS).spec.holder_identity
+             .startswith(leader_pod), DEADLINE, f"another replica to take the Lease from {leader_pod}")
+    set_health("node-3", 2)
+    wait_for(lambda: (core.read_node("node-3").metadata.labels or {}).get(DEMO_POLICY) == "violating",
+             DEADLINE, "the new leader to label node-3 violating")
+    set_health("node-3", 0)
+    wait_for(lambda: DEMO_POLICY not in (core.read_node("node-3").metadata.labels or {}),
+             DEADLINE, "the new leader to remove the label again")
+
+
+def test_prometheus_deleted_and_recreated_serves_the_metrics_again(api_client, healthy_nodes_after):
+    core = client.CoreV1Api(api_client)
+    old = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0].metadata.name
+    core.delete_namespaced_pod(old, MONITORING_NS, grace_period_seconds=0)
+    wait_for(lambda: [p for p in ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")
+                      if p.metadata.name != old], DEADLINE, "a new Prometheus pod Ready")
+    set_health("node-1", 1)
+    wait_for(lambda: served_health(api_client).get("node-1") == "1", DEADLINE,
+             "the custom metrics API to serve node-1's new value through the new Prometheus")
+
+
+def test_a_changed_configuration_rolls_prometheus_and_reaches_it(api_client):
+    core = client.CoreV1Api(api_client)
+
+    def running_config() -> tuple[str, str]:
+        pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
+        body = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/status/config", timeout=10).json()
+        return pod.metadata.name, body["data"]["yaml"]
+
+    before, _ = running_config()
+    ansible_playbook("playbooks/site.yml", "-e", "prometheus_scrape_interval=7s")
+    try:
+        name, config = running_config()
+        assert name != before and "scrape_interval: 7s" in config, (before, name)
+    finally:
+        ansible_playbook("playbooks/site.yml")
+    name, config = running_config()
+    assert "scrape_interval: 7s" not in config
+
+
+def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):
+    core = client.CoreV1Api(api_client)
+
+    def serving_serials() -> set[int]:
+        serials = set()
+        for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+            with socket.create_connection((pod.status.pod_ip, 9001), timeout=10) as raw:
+                with client_tls(verify=False).wrap_socket(raw) as tls:
+                    serials.add(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
+        return serials
+
+    old = serving_serials()
+    ansible_playbook("playbooks/site.yml", "-e", "certificates_force_renewal=true")
+    new = x509.load_pem_x509_certificate(node_path("control-plane", "/etc/tas/pki/extender.crt").read_bytes())
+    assert new.serial_number not in old
+    wait_for(lambda: serving_serials() == {new.serial_number}, DEADLINE,
+             "every extender replica to serve the renewed certificate")
+    # the scheduler, restarted with its renewed client certificate, still reaches the extender
+    before = filter_calls(core, client_tls())
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    try:
+        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
+        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
+    finally:
+        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
