@@ -182,3 +182,14 @@ def own_tls_server(pki, tmp_path):
         yield served, renew
     finally:
         stop(served)
+
+
+@pytest.fixture
+def health_port_server(pki, tmp_path):
+    """A TLS server with --health-port: yields (served, health port); stopping twice is harmless."""
+    health = free_port()
+    served = start_serve(tmp_path, ["--cert", pki.path("server.crt"), "--key", pki.path("server.key"),
+                                    "--cacert", pki.path("ca.crt"), "--health-port", str(health)])
+    wait_ready(served, verify=pki.client_context())
+    yield served, health
+    stop(served)

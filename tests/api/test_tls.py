@@ -129,26 +129,20 @@ def test_a_renewed_server_certificate_is_served_without_a_restart(own_tls_server
     assert response.status_code == 200
 
 
-def test_health_port_answers_probes_without_a_certificate_and_serves_nothing_else(pki, tmp_path):
-    from conftest import free_port, start_serve, stop, wait_ready
-
-    health = free_port()
-    served = start_serve(tmp_path, ["--cert", pki.path("server.crt"), "--key", pki.path("server.key"),
-                                    "--cacert", pki.path("ca.crt"), "--health-port", str(health)])
-    try:
-        wait_ready(served, verify=pki.client_context())
-        plain = f"http://127.0.0.1:{health}"
-        assert httpx.get(f"{plain}/healthz", timeout=5).json() == {"status": "ok"}
-        assert httpx.get(f"{plain}/readyz", timeout=5).json()["status"] == "ready"
-        # no decisions, metrics or API description on the unauthenticated port
-        assert httpx.post(f"{plain}/scheduler/filter", headers=JSON, content=_request("filter-node-names"),
-                          timeout=5).status_code in (404, 405)
-        assert httpx.get(f"{plain}/metrics", timeout=5).status_code == 404
-        assert httpx.get(f"{plain}/openapi.json", timeout=5).status_code == 404
-        # the main port still refuses a client without a certificate
-        assert _refused(served.url, ssl.create_default_context(cafile=pki.path("ca.crt")))
-    finally:
-        stop(served)
-    # SIGTERM stopped both servers: the health port is free again
+def test_health_port_answers_probes_without_a_certificate_and_serves_nothing_else(health_port_server, pki):
+    served, health = health_port_server
+    plain = f"http://127.0.0.1:{health}"
+    assert httpx.get(f"{plain}/healthz", timeout=5).json() == {"status": "ok"}
+    assert httpx.get(f"{plain}/readyz", timeout=5).json()["status"] == "ready"
+    # no decisions, metrics or API description on the unauthenticated port
+    assert httpx.post(f"{plain}/scheduler/filter", headers=JSON, content=_request("filter-node-names"),
+                      timeout=5).status_code in (404, 405)
+    assert httpx.get(f"{plain}/metrics", timeout=5).status_code == 404
+    assert httpx.get(f"{plain}/openapi.json", timeout=5).status_code == 404
+    # the main port still refuses a client without a certificate
+    assert _refused(served.url, ssl.create_default_context(cafile=pki.path("ca.crt")))
+    # SIGTERM stops both servers: the health port is free again
+    served.proc.terminate()
+    served.proc.wait(10)
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", health)) != 0
