@@ -5,6 +5,7 @@
         [--tree SRC_DIR:DEST] [--dir DEST[:MODE[:UID]]]... [--entrypoint JSON] [--cmd JSON]
         [--user UID:GID] [--env K=V]... [--workdir DIR]
     oci_image.py digest OUT.tar      the manifest digest ctr will report for the image
+    oci_image.py name OUT.tar        the image name the archive carries
     oci_image.py sync CTR ADDRESS OUT.tar...   import each archive whose image is missing or
                                      differs in the containerd at ADDRESS; prints "changed"
 
@@ -178,12 +179,20 @@ def build(args: argparse.Namespace) -> str:
         shutil.rmtree(tmp)
 
 
-def digest(path: str) -> str:
+def _entry(path: str) -> dict:
     with tarfile.open(path) as t:
         member = t.extractfile("index.json")
         if member is None:
             raise SystemExit(f"{path}: no index.json, not an OCI image archive")
-        return json.load(member)["manifests"][0]["digest"]
+        return json.load(member)["manifests"][0]
+
+
+def digest(path: str) -> str:
+    return _entry(path)["digest"]
+
+
+def name(path: str) -> str:
+    return _entry(path)["annotations"]["io.containerd.image.name"]
 
 
 def sync(ctr: str, address: str, archives: list[str]) -> bool:
@@ -226,6 +235,8 @@ def main(argv: list[str]) -> int:
     b.add_argument("--workdir", default="/")
     d = sub.add_parser("digest")
     d.add_argument("archive")
+    n = sub.add_parser("name")
+    n.add_argument("archive")
     s = sub.add_parser("sync")
     s.add_argument("ctr")
     s.add_argument("address")
@@ -235,6 +246,8 @@ def main(argv: list[str]) -> int:
         print(build(args))
     elif args.command == "digest":
         print(digest(args.archive))
+    elif args.command == "name":
+        print(name(args.archive))
     elif sync(args.ctr, args.address, args.archives):
         print("changed")
     return 0
