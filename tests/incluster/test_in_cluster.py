@@ -48,10 +48,11 @@ def client_tls(verify: bool = True) -> ssl.SSLContext:
     is reached by pod IP, so its name is not checked."""
     if verify:
         context = ssl.create_default_context(cafile=str(node_path("control-plane", "/etc/tas/pki/ca.crt")))
+        context.check_hostname = False
     else:
         context = ssl.create_default_context()
+        context.check_hostname = False  # must go before verify_mode may be CERT_NONE
         context.verify_mode = ssl.CERT_NONE
-    context.check_hostname = False
     context.load_cert_chain(str(node_path("control-plane", "/etc/tas/pki/scheduler-client.crt")),
                             str(node_path("control-plane", "/etc/tas/pki/scheduler-client.key")))
     return context
