@@ -21,7 +21,7 @@ WORKERS = ["node-1", "node-2", "node-3"]
 
 
 # A node's own directories, as realnode.sh bind-mounts them from nodes/<node>/fs/.
-NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas", "/tmp": "tmp"}
+NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas", "/tmp/node-metrics": "tmp-node-metrics"}
 
 
 def node_path(node: str, path: str) -> pathlib.Path:

@@ -21,7 +21,7 @@ set -euo pipefail
 
 # Directories each node has for itself, bind-mounted over the host's in its mount namespace.
 NODE_DIRS=(/etc/kubernetes /etc/tas /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
-  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /tmp)
+  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /tmp/node-metrics)
 NETNS_PREFIX=tasrn-
 
 changed() { echo changed; }
@@ -119,7 +119,6 @@ node_up() {
   # Mount and UTS namespaces, kept alive by a bind mount of their files, entered with nsenter.
   if ! mountpoint -q "$mnt"; then
     for dir in "${NODE_DIRS[@]}"; do mkdir -p "$fs/$(flat "$dir")"; done
-    chmod 1777 "$fs/tmp"
     touch "$mnt" "$uts"
     unshare --mount="$mnt" --uts="$uts" --propagation slave true
     nsenter --mount="$mnt" --uts="$uts" -- hostname "$name"
