@@ -3,32 +3,20 @@
 from __future__ import annotations
 
 import os
-import pathlib
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from support import DEFAULT_CLUSTER_DIR, REPO, get_raw, wait_for  # noqa: F401 - the suites import them from here too
+from support import DEFAULT_CLUSTER_DIR, REPO, get_raw, ready_kubeconfig, wait_for  # noqa: F401 - the suites import them from here too
 
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
-    """Admin kubeconfig of the running local cluster; fails (never skips) when it is not up."""
-    from kubernetes import config
-
-    path = os.environ.get("KUBECONFIG") or str(DEFAULT_CLUSTER_DIR / "kubeconfig")
-    if not pathlib.Path(path).exists():
-        pytest.fail(f"no kubeconfig at {path}: bring the local cluster up first (make cluster)")
-    api = config.new_client_from_config(config_file=path)
-    try:
-        body = get_raw(api, "/readyz")
-    except Exception as error:  # noqa: BLE001
-        pytest.fail(f"the API server of {path} does not answer /readyz: {error}")
-    finally:
-        api.close()
-    assert body.strip() == b"ok", body
-    return path
+    """Admin kubeconfig of the running local cluster; fails (never skips) when it is not up.
+    The real-node suites override it with the real-node cluster's; api_client follows."""
+    return ready_kubeconfig(os.environ.get("KUBECONFIG") or str(DEFAULT_CLUSTER_DIR / "kubeconfig"),
+                            "make cluster")
 
 
 @pytest.fixture(scope="session")

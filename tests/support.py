@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 from collections.abc import Callable
@@ -10,6 +11,9 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
+REAL_CLUSTER_DIR = pathlib.Path(
+    os.environ.get("TAS_REAL_CLUSTER_DIR", pathlib.Path.home() / ".local" / "state" / "tas-real-cluster")
+)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.5):
@@ -38,3 +42,20 @@ def get_raw(api, path: str) -> bytes:
     if response.status != 200:
         raise RuntimeError(f"GET {path}: HTTP {response.status}: {response.data[:200]!r}")
     return response.data
+
+
+def ready_kubeconfig(path: str, bring_up: str) -> str:
+    """`path` if its API server answers /readyz; fails (never skips) naming what to run otherwise."""
+    from kubernetes import config
+
+    if not pathlib.Path(path).exists():
+        pytest.fail(f"no kubeconfig at {path}: bring the cluster up first ({bring_up})")
+    api = config.new_client_from_config(config_file=path)
+    try:
+        body = get_raw(api, "/readyz")
+    except Exception as error:  # noqa: BLE001
+        pytest.fail(f"the API server of {path} does not answer /readyz: {error}")
+    finally:
+        api.close()
+    assert body.strip() == b"ok", body
+    return path

@@ -1,5 +1,6 @@
 """Fixtures of the in-cluster checks: the real-node cluster after playbooks/site.yml ran on it
-with the roles' defaults (molecule scenario realnode)."""
+with the roles' defaults (molecule scenario realnode); api_client (tests/conftest.py) follows
+this kubeconfig."""
 
 from __future__ import annotations
 
@@ -7,15 +8,11 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from support import REPO, get_raw
+from support import REAL_CLUSTER_DIR, REPO, ready_kubeconfig
 
-REAL_CLUSTER_DIR = pathlib.Path(
-    os.environ.get("TAS_REAL_CLUSTER_DIR", pathlib.Path.home() / ".local" / "state" / "tas-real-cluster")
-)
 EXTENDER_NS, MONITORING_NS, ADAPTER_NS = "telemetry-aware-scheduling", "monitoring", "custom-metrics"
 WORKERS = ["node-1", "node-2", "node-3"]
 
@@ -34,26 +31,7 @@ def node_path(node: str, path: str) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
-    from kubernetes import config
-
-    path = REAL_CLUSTER_DIR / "kubeconfig"
-    if not path.exists():
-        pytest.fail(f"no kubeconfig at {path}: run make demo (or the realnode scenario) first")
-    api = config.new_client_from_config(config_file=str(path))
-    try:
-        assert get_raw(api, "/readyz").strip() == b"ok"
-    finally:
-        api.close()
-    return str(path)
-
-
-@pytest.fixture(scope="session")
-def api_client(kubeconfig: str) -> Iterator[object]:
-    from kubernetes import config
-
-    api = config.new_client_from_config(config_file=kubeconfig)
-    yield api
-    api.close()
+    return ready_kubeconfig(str(REAL_CLUSTER_DIR / "kubeconfig"), "make demo")
 
 
 def ansible_playbook(*args: str) -> subprocess.CompletedProcess:

@@ -40,6 +40,10 @@ def is_ready(node: client.V1Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
 
+def control_plane_name(core: client.CoreV1Api) -> str:
+    return next(n.metadata.name for n in core.list_node().items if CONTROL_PLANE_LABEL in (n.metadata.labels or {}))
+
+
 def workers(core: client.CoreV1Api) -> list[client.V1Node]:
     return [n for n in core.list_node().items if CONTROL_PLANE_LABEL not in (n.metadata.labels or {})]
 
@@ -93,8 +97,7 @@ def test_nodes_are_a_control_plane_and_three_real_workers(api_client):
 
 def test_the_control_plane_runs_as_kubeadm_static_pods(api_client, real_cluster_dir):
     core = client.CoreV1Api(api_client)
-    control_plane = [n for n in core.list_node().items if CONTROL_PLANE_LABEL in (n.metadata.labels or {})][0]
-    name = control_plane.metadata.name
+    name = control_plane_name(core)
     etc = real_cluster_dir / "nodes" / name / "fs" / "etc-kubernetes"  # its /etc/kubernetes
     for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
         manifest = yaml.safe_load((etc / "manifests" / f"{component}.yaml").read_text())
@@ -173,8 +176,7 @@ def test_pods_answer_by_service_name_and_pod_ip_from_other_nodes(api_client, nam
 
 def test_editing_the_scheduler_manifest_restarts_it(api_client, real_cluster_dir):
     core = client.CoreV1Api(api_client)
-    control_plane = [n for n in core.list_node().items if CONTROL_PLANE_LABEL in (n.metadata.labels or {})][0]
-    name = control_plane.metadata.name
+    name = control_plane_name(core)
     path = real_cluster_dir / "nodes" / name / "fs" / "etc-kubernetes" / "manifests" / "kube-scheduler.yaml"
     original = path.read_text()
     pod_name = f"kube-scheduler-{name}"
