@@ -59,3 +59,20 @@ def ready_kubeconfig(path: str, bring_up: str) -> str:
         api.close()
     assert body.strip() == b"ok", body
     return path
+
+
+def provisioned_extender(api) -> str | None:
+    """The holder of the extender's leader lease if one renewed it in the last minute: the
+    extender site.yml provisions runs, and would relabel the nodes the integration tests label."""
+    from kubernetes import client
+
+    try:
+        lease = client.CoordinationV1Api(api).read_namespaced_lease("tas-extender", "telemetry-aware-scheduling")
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    renewed = lease.spec.renew_time
+    if lease.spec.holder_identity and renewed and time.time() - renewed.timestamp() < 60:
+        return str(lease.spec.holder_identity)
+    return None

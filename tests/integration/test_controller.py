@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from support import provisioned_extender
 
 # The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
 
@@ -52,17 +53,12 @@ def tas_extender() -> str:
 
 
 def refuse_a_provisioned_extender(api_client) -> None:
-    """Two controllers would fight over the same labels: these tests need the bare cluster."""
-    try:
-        lease = client.CoordinationV1Api(api_client).read_namespaced_lease("tas-extender", "telemetry-aware-scheduling")
-    except client.ApiException as error:
-        if error.status == 404:
-            return
-        raise
-    renewed = lease.spec.renew_time
-    if lease.spec.holder_identity and renewed and time.time() - renewed.timestamp() < 60:
-        pytest.fail(f"the extender provisioned by site.yml ({lease.spec.holder_identity}) is running and would "
-                    "relabel the nodes these tests label: run them on a bare cluster (make cluster-down integration)")
+    """Two controllers would fight over the same labels: these tests need the bare cluster
+    (`make integration` makes it bare first)."""
+    holder = provisioned_extender(api_client)
+    if holder:
+        pytest.fail(f"the extender provisioned by site.yml ({holder}) is running and would relabel the "
+                    "nodes these tests label: run them on a bare cluster (make integration brings one up)")
 
 
 @pytest.fixture(scope="module")
