@@ -23,13 +23,19 @@ COLLECTION := collections/ansible_collections/intel/tas
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-venv: $(VENV)/.installed ## Create the virtualenv with every pinned dependency
+venv: $(VENV)/.installed ## Create the virtualenv: the harness, tests and linters, and the extender, pinned
 
-$(VENV)/.installed: requirements.txt extender_app/pyproject.toml
+# One resolution: requirements.txt (harness, tests, linters) and the extender, both under
+# constraints.txt (the extender's run-time set, exact).
+$(VENV)/.installed: requirements.txt constraints.txt extender_app/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
-	$(VENV)/bin/pip install --quiet -r requirements.txt
-	$(VENV)/bin/pip install --quiet ./extender_app
+	$(VENV)/bin/pip install --quiet -r requirements.txt ./extender_app
+	touch $@
+
+# The benchmarks' tools on top (matplotlib, py-spy): only make bench and make soak need them.
+$(VENV)/.bench-installed: $(VENV)/.installed requirements-bench.txt
+	$(VENV)/bin/pip install --quiet -r requirements-bench.txt
 	touch $@
 
 cluster: venv ## Bring the KWOK cluster up (builds its binaries once, cached in ~/.cache)
@@ -55,12 +61,19 @@ demo-kwok: cluster ## The same demo on the KWOK cluster, every service on the ho
 unit: venv ## Unit and API tests (no cluster needed)
 	pytest tests/unit tests/api
 
-lint: venv ## ansible-lint (production profile), ansible-test sanity, collection build
+lint: venv ## ansible-lint (production profile), ansible-test sanity and units, changelog lint, collection build checked
+	@# Python: ruff (style, likely bugs, shadowed names) and mypy over the extender and the benchmarks.
+	ruff check --config extender_app/pyproject.toml extender_app/tas_extender bench
+	mypy --config-file extender_app/pyproject.toml extender_app/tas_extender bench
 	ansible-lint --profile production
 	@# ansible-test downloads a pip bootstrap script from a host this machine may not reach.
 	[ -f $(HOME)/.ansible/test/cache/get_pip_24_2.py ] || install -D -m 0644 tests/sanity/get_pip_offline.py $(HOME)/.ansible/test/cache/get_pip_24_2.py
 	cd $(COLLECTION) && ansible-test sanity --local --python 3.11
+	cd $(COLLECTION) && ansible-test units --local --python 3.11
+	cd $(COLLECTION) && antsibull-changelog lint
 	cd $(COLLECTION) && ansible-galaxy collection build --force --output-path $(CURDIR)/build >/dev/null
+	@# galaxy.yml's version is the changelog's last release; the tarball has no tests or caches.
+	python tests/sanity/check_collection_build.py $(COLLECTION) build
 
 integration: cluster ## Tests against the local cluster's real API server (made bare first if the demo runs on it)
 	@python tests/integration/bare_cluster.py || { echo "make integration: taking the KWOK cluster down and up again, bare (these tests label its nodes themselves)"; \
@@ -78,10 +91,10 @@ realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice,
 
 test: unit lint integration molecule realnode ## Everything CI runs
 
-bench: venv ## Benchmarks (not tests): writes bench/results and docs/performance.md
+bench: $(VENV)/.bench-installed ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench
 
-soak: venv ## Load held for 30 min against the extender (not a test): writes bench/results/soak.json
+soak: $(VENV)/.bench-installed ## Load held for 30 min against the extender (not a test): writes bench/results/soak.json
 	$(VENV)/bin/python -m bench.soak --minutes 30
 
 clean: cluster-down ## Take the cluster down and remove build output

@@ -3,7 +3,9 @@
 Benchmarks report numbers; nothing here asserts a timing. Stages:
   latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
   memory       the extender's resident memory across 10 000 full-Nodes calls (no cluster needed)
-  throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes
+  throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes, tas-extender
+               beside the floor (bench/floor_extender, a Go extender that does nothing), --rounds
+               runs of each, alternating
   profile      the NodeNames throughput run again, with CPU per process and a py-spy profile
   reaction     the health-metric demo's reaction time, stage by stage (cluster back to 3 nodes,
                site.yml, the demo)
@@ -36,8 +38,8 @@ def machine() -> dict:
                        if line.startswith("MemTotal")))
     from importlib.metadata import version  # versions for the record
     return {
-        "cpu": cpu, "cores": len([l for l in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-                                  if l.startswith("processor")]),
+        "cpu": cpu, "cores": len([line for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+                                  if line.startswith("processor")]),
         "memory_gib": round(mem_kib / 1024 / 1024, 1), "python": sys.version.split()[0],
         "kernel": platform.release(),
         **{package: version(package) for package in ("fastapi", "uvicorn", "httptools", "uvloop", "pysimdjson",
@@ -60,16 +62,18 @@ def run_latency(quick: bool) -> list[dict]:
     return [asdict(s) for s in samples]
 
 
-def run_throughput(nodes: int, pods: int, stages: list[str]) -> None:
+def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) -> None:
     """Scale the local cluster to `nodes` fake nodes and bind `pods` pods in every mode.
 
     The extender runs as in the latency benchmark (mutual TLS, policy and metrics from files,
     a value for every node), so the figures measure the extender, not the metric pipeline.
+    The floor extender runs beside it with the same certificates.
     """
     import tempfile
 
-    from bench import throughput
+    from bench import floor, throughput
 
+    floor.build()  # before the cluster is scaled: a missing Go toolchain stops the run at once
     subprocess.run(["ansible-playbook", "playbooks/cluster.yml", "-e", f"local_cluster_node_count={nodes}",
                     "-e", "local_cluster_ready_timeout=900"], check=True, cwd=REPO)
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,8 +86,13 @@ def run_throughput(nodes: int, pods: int, stages: list[str]) -> None:
         supervisorctl = str(pathlib.Path(sys.executable).with_name("supervisorctl"))
         try:
             if "throughput" in stages:
-                throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *tls,
-                                 "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])
+                floor_server = floor.FloorServer(d)
+                try:
+                    throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler",
+                                     "--floor-url", f"{floor_server.url}/scheduler", "--rounds", str(rounds), *tls,
+                                     "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])
+                finally:
+                    floor_server.stop()
             if "profile" in stages:
                 from bench import profile
 
@@ -109,16 +118,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and requests")
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes for throughput")
     parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="throughput: runs of the floor and of tas-extender's NodeNames mode, alternating")
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=2))
+    if set(args.stages) - {"report"}:  # the machine the new figures come from
+        (RESULTS / "machine.json").write_text(json.dumps(machine(), indent=2))
     if "latency" in args.stages:
         (RESULTS / "latency.json").write_text(json.dumps(run_latency(args.quick), indent=2))
     if "memory" in args.stages:
         found = latency.memory_over_calls(421 if not args.quick else 100, 10000 if not args.quick else 1000)
         (RESULTS / "memory.json").write_text(json.dumps(found, indent=2))
     if "throughput" in args.stages or "profile" in args.stages:
-        run_throughput(args.nodes, args.pods, args.stages)
+        run_throughput(args.nodes, args.pods, args.stages, args.rounds)
     if "reaction" in args.stages:
         (RESULTS / "reaction.json").write_text(json.dumps(run_reaction(), indent=2))
     report.write(RESULTS, REPO / "docs")

@@ -14,7 +14,6 @@ import datetime
 import json
 import os
 import pathlib
-import socket
 import ssl
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.support import free_port
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "scheduler-requests"
@@ -57,7 +58,7 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _write(path: pathlib.Path, key, cert) -> None:
+def _write(path: pathlib.Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
     path.with_suffix(".key").write_bytes(key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()))
@@ -67,7 +68,7 @@ def _write(path: pathlib.Path, key, cert) -> None:
 
 def make_certs(directory: pathlib.Path) -> None:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, as in production."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("bench-ca")).issuer_name(_name("bench-ca"))
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
@@ -168,12 +169,6 @@ def memory_mib(pid: int, field: str) -> float:
     return 0.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """`tas-extender serve` as a user starts it, with mutual TLS."""
 
@@ -186,10 +181,10 @@ class Server:
              "--cacert", str(certs / "ca.crt"), "--policy-file", str(policies),
              "--metrics-file", str(metrics), "--log-level", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client_args = dict(verify=client_context(certs), timeout=120)
+        self.tls = client_context(certs)
         self.url = f"https://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
-        with httpx.Client(**self.client_args) as c:
+        with self.client() as c:
             while time.monotonic() < deadline:
                 try:
                     if c.get(self.url + "/readyz").status_code == 200:
@@ -200,6 +195,10 @@ class Server:
                     raise RuntimeError("tas-extender exited during start-up")
                 time.sleep(0.2)
         raise TimeoutError("tas-extender did not become ready")
+
+    def client(self, timeout: float = 120) -> httpx.Client:
+        """An HTTPS client that presents the client certificate and trusts the bench CA."""
+        return httpx.Client(verify=self.tls, timeout=timeout)
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.proc.pid)
@@ -224,7 +223,7 @@ def run_load(server: Server, verb: str, body: bytes, requests: int, concurrency:
 
     def worker() -> None:
         own = []
-        with httpx.Client(**server.client_args) as c:
+        with server.client() as c:
             c.post(url, content=body, headers=headers).raise_for_status()  # warm the connection
             for _ in range(per_thread):
                 t0 = time.perf_counter()
@@ -297,7 +296,7 @@ def memory_over_calls(nodes: int, calls: int, every: int = 500) -> dict:
         body, headers = request_body("full-nodes", names), {"Content-Type": "application/json"}
         samples = [{"calls": 0, "rss_mib": round(memory_mib(server.proc.pid, "VmRSS"), 1)}]
         try:
-            with httpx.Client(**server.client_args) as c:
+            with server.client() as c:
                 for i in range(1, calls + 1):
                     c.post(f"{server.url}/scheduler/{'filter' if i % 2 else 'prioritize'}",
                            content=body, headers=headers).raise_for_status()

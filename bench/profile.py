@@ -20,8 +20,6 @@ import sys
 import tempfile
 import time
 
-import httpx
-
 from bench import latency, throughput
 
 # Where a py-spy stack (outermost first) is spending its sample, by the first match.
@@ -43,7 +41,8 @@ def cluster_pids(supervisorctl: str) -> dict[str, int]:
 
 def extender_requests(server: latency.Server) -> dict[str, tuple[float, float]]:
     """verb -> (requests answered, seconds spent in the handler) from the extender's /metrics."""
-    text = httpx.get(f"{server.url}/metrics", **server.client_args).text
+    with server.client() as client:
+        text = client.get(f"{server.url}/metrics").text
     out = {}
     for verb in ("filter", "prioritize"):
         count = re.search(rf'tas_extender_request_duration_seconds_count\{{verb="{verb}"\}} (\S+)', text)
@@ -87,6 +86,10 @@ class Probe:
 
     def __init__(self, server: latency.Server, supervisorctl: str):
         self.server, self.supervisorctl = server, supervisorctl
+        # What stop() reports: the differences over the window.
+        self.cpu: dict[str, float] = {}
+        self.scheduler: dict[str, float] = {}
+        self.requests: dict[str, dict[str, float]] = {}
 
     def _sample(self) -> tuple[dict[str, int], dict[str, float], dict[str, tuple[float, float]]]:
         pids = cluster_pids(self.supervisorctl)  # looked up now: the run restarts kube-scheduler
@@ -94,17 +97,17 @@ class Probe:
         return pids, {name: latency.cpu_seconds(pid) for name, pid in pids.items()}, extender_requests(self.server)
 
     def start(self) -> None:
-        self.pids, self.cpu, self.requests = self._sample()
-        self.scheduler = scheduler_seconds()
+        self._pids, self._cpu, self._requests = self._sample()
+        self._scheduler = scheduler_seconds()
 
     def stop(self) -> None:
         pids, cpu, requests = self._sample()
-        self.cpu = {name: round(cpu[name] - self.cpu[name], 2) for name in cpu
-                    if name in self.cpu and pids[name] == self.pids[name]}
+        self.cpu = {name: round(cpu[name] - self._cpu[name], 2) for name in cpu
+                    if name in self._cpu and pids[name] == self._pids[name]}
         scheduler = scheduler_seconds()
-        self.scheduler = {name: round(scheduler[name] - self.scheduler[name], 2) for name in scheduler}
-        self.requests = {verb: {"requests": int(requests[verb][0] - self.requests[verb][0]),
-                                "handler_seconds": round(requests[verb][1] - self.requests[verb][1], 2)}
+        self.scheduler = {name: round(scheduler[name] - self._scheduler[name], 2) for name in scheduler}
+        self.requests = {verb: {"requests": int(requests[verb][0] - self._requests[verb][0]),
+                                "handler_seconds": round(requests[verb][1] - self._requests[verb][1], 2)}
                          for verb in requests}
 
 

@@ -77,7 +77,8 @@ class Probes:
         return NODE in (body.get("FailedNodes") or {})
 
     def labelled(self) -> bool:
-        return (self.core.read_node(NODE).metadata.labels or {}).get(POLICY) == "violating"
+        metadata = self.core.read_node(NODE).metadata
+        return metadata is not None and (metadata.labels or {}).get(POLICY) == "violating"
 
     def demo_pods(self) -> list:
         return self.core.list_namespaced_pod(NAMESPACE).items

@@ -70,7 +70,7 @@ def hold(server: latency.Server, bodies: dict[str, bytes], rate: float, seconds:
         own: list[float] = []
         errors = non_2xx = 0
         examples: list[str] = []
-        with httpx.Client(**{**server.client_args, "timeout": 10}) as client:
+        with server.client(timeout=10) as client:
             while True:
                 k = next(tickets)
                 due = start + k / rate
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> Soak:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(result), indent=2) + "\n")
     print(f"soak: {result.requests} requests in {args.minutes:g} min at {result.achieved_rate_per_second}/s "
-          f"(asked {args.rate:g}/s), {result.errors} errors, {result.non_2xx} non-2xx, server alive: {result.server_alive_at_end}\n"
+          f"(asked {args.rate:g}/s), {result.errors} errors, {result.non_2xx} non-2xx, "
+          f"server alive: {result.server_alive_at_end}\n"
           f"latency p50 {result.p50_ms} ms, p99 {result.p99_ms} ms, max {result.max_ms} ms\n"
           f"server RSS first {result.rss_mib_first} MiB, last {result.rss_mib_last} MiB, "
           f"max {result.rss_mib_max} MiB\nwritten to {out}")

@@ -1,9 +1,11 @@
 """Scheduling throughput on the local cluster: pods bound per second, with and without the extender.
 
 kube-scheduler is reconfigured for each mode (no extender; extender with NodeNames; extender
-with full Node objects; each with the default adaptive percentageOfNodesToScore and with 100)
-and restarted under supervisord; then a Deployment of N pods is created and the time until
-every pod has a node is measured from the API server's watch.
+with full Node objects; each with the default adaptive percentageOfNodesToScore and with 100;
+and the floor: the do-nothing Go extender of bench/floor_extender with NodeNames) and restarted
+under supervisord; then a Deployment of N pods is created and the time until every pod has a
+node is measured from the API server's watch. With --rounds N the floor and tas-extender's
+NodeNames mode run N times each, alternating, so that both see the same machine.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 import pathlib
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import yaml
 from kubernetes import client, config, watch
@@ -28,10 +32,12 @@ class Mode:
     extender: bool
     node_cache_capable: bool
     percentage_of_nodes_to_score: int | None
+    floor: bool = False  # the scheduler calls the floor extender instead of tas-extender
 
 
 MODES = [
     Mode("no-extender", False, True, None),
+    Mode("floor-node-names", True, True, None, floor=True),
     Mode("node-names", True, True, None),
     Mode("full-nodes", True, False, None),
     Mode("no-extender-pct100", False, True, 100),
@@ -40,9 +46,14 @@ MODES = [
 ]
 
 
+# Run --rounds times, alternating, in this order; every other mode runs once.
+PAIRED = ("floor-node-names", "node-names")
+
+
 @dataclass
 class Result:
     mode: str
+    round: int
     pods: int
     nodes: int
     seconds: float
@@ -50,6 +61,7 @@ class Result:
 
 
 def scheduler_config(mode: Mode, extender_url: str, tls: dict[str, str]) -> dict:
+    """`extender_url`: tas-extender's, or the floor's for a floor mode."""
     cfg: dict = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -87,7 +99,17 @@ def restart_scheduler(supervisorctl: str) -> None:
                    stdout=subprocess.DEVNULL)
 
 
-def wait_until(condition, timeout: float, what: str) -> None:
+class Probe(Protocol):
+    """Measurements taken right around the binding window (bench.profile's)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll `condition` until truthy, else TimeoutError. Not tests.support.wait_for: that one fails
+    through pytest.fail, an exception meant for pytest's runner, not for a benchmark's caller."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -123,7 +145,7 @@ def deployment(pods: int, with_extender: bool) -> client.V1Deployment:
     )
 
 
-def measure(api: client.ApiClient, mode: Mode, pods: int, probe=None) -> float:
+def measure(api: client.ApiClient, mode: Mode, pods: int, probe: Probe | None = None) -> float:
     """Create the Deployment and return seconds until every pod is bound to a node.
 
     `probe.start()` and `probe.stop()`, when given, run right around that window (bench.profile).
@@ -151,6 +173,21 @@ def measure(api: client.ApiClient, mode: Mode, pods: int, probe=None) -> float:
     return elapsed
 
 
+def plan(modes: list[Mode], rounds: int) -> list[tuple[Mode, int]]:
+    """(mode, round) in the order they run: the paired modes `rounds` times, alternating, where
+    the first of them stands; the others once."""
+    if rounds < 1:
+        raise ValueError(f"--rounds must be at least 1 (got {rounds})")
+    paired = [m for m in modes if m.name in PAIRED]
+    order: list[tuple[Mode, int]] = []
+    for mode in modes:
+        if mode not in paired:
+            order.append((mode, 1))
+        elif mode is paired[0]:
+            order += [(m, r) for r in range(1, rounds + 1) for m in paired]
+    return order
+
+
 def ensure_namespace(api: client.ApiClient) -> None:
     try:
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
@@ -159,11 +196,14 @@ def ensure_namespace(api: client.ApiClient) -> None:
             raise
 
 
-def main(argv: list[str] | None = None, probe=None) -> None:
+def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--modes", default=",".join(m.name for m in MODES))
     parser.add_argument("--extender-url", default="https://127.0.0.1:9001/scheduler")
+    parser.add_argument("--floor-url", default="", help="the floor extender's URL prefix (bench.floor), "
+                        "for the floor modes")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each of the paired modes, alternating")
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
     parser.add_argument("--tls-ca", default="")
@@ -176,19 +216,23 @@ def main(argv: list[str] | None = None, probe=None) -> None:
     tls = {"certFile": args.tls_cert, "keyFile": args.tls_key, "caFile": args.tls_ca}
     config_path = CLUSTER_DIR / "kube-scheduler" / "config.yaml"
     original = config_path.read_text()
-    modes = [m for m in MODES if m.name in args.modes.split(",")]
+    modes = plan([m for m in MODES if m.name in args.modes.split(",")], args.rounds)
+    if any(m.floor for m, _ in modes) and not args.floor_url:
+        parser.error("--floor-url is required for the floor modes (" +
+                     ", ".join(m.name for m in MODES if m.floor) + ")")
     # The extender reads its policy from a file; the cluster only needs the namespace.
     ensure_namespace(api)
     results = []
     try:
-        for mode in modes:
-            config_path.write_text(yaml.safe_dump(scheduler_config(mode, args.extender_url, tls)))
+        for mode, run in modes:
+            url = args.floor_url if mode.floor else args.extender_url
+            config_path.write_text(yaml.safe_dump(scheduler_config(mode, url, tls)))
             restart_scheduler(args.supervisorctl)
             wait_until(lambda: subprocess.run(
                 ["curl", "-skf", "https://127.0.0.1:10259/healthz"], capture_output=True
             ).returncode == 0, 60, "kube-scheduler healthy")
             seconds = measure(api, mode, args.pods, probe)
-            results.append(Result(mode.name, args.pods, nodes, round(seconds, 2),
+            results.append(Result(mode.name, run, args.pods, nodes, round(seconds, 2),
                                   round(args.pods / seconds, 1)))
             print(json.dumps(asdict(results[-1])), flush=True)
     finally:

@@ -1,9 +1,11 @@
-"""Helpers shared by the test suites (importable from any of them: tests/ is on sys.path)."""
+"""Helpers shared by the test suites (importable from any of them: tests/ is on sys.path) and the
+benchmarks (`from tests.support import ...`, run from the repository's root)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import time
 from collections.abc import Callable
 
@@ -14,6 +16,13 @@ DEFAULT_CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-clus
 REAL_CLUSTER_DIR = pathlib.Path(
     os.environ.get("TAS_REAL_CLUSTER_DIR", pathlib.Path.home() / ".local" / "state" / "tas-real-cluster")
 )
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.5):
@@ -72,7 +81,7 @@ def provisioned_extender(api) -> str | None:
         if error.status == 404:
             return None
         raise
-    renewed = lease.spec.renew_time
-    if lease.spec.holder_identity and renewed and time.time() - renewed.timestamp() < 60:
-        return str(lease.spec.holder_identity)
+    spec = lease.spec
+    if spec and spec.holder_identity and spec.renew_time and time.time() - spec.renew_time.timestamp() < 60:
+        return str(spec.holder_identity)
     return None

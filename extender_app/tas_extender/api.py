@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from itertools import islice
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from itertools import islice
 
 import orjson
 from fastapi import FastAPI, Request
@@ -16,9 +16,8 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tas_extender import wire
+from tas_extender import decision, wire
 from tas_extender.engine import Engine
-from tas_extender.load.decide import combine, is_daemonset_pod
 from tas_extender.load.mode import LoadAware
 from tas_extender.telemetry import Telemetry
 
@@ -169,9 +168,8 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         start = time.perf_counter()
         args = wire.parse(await _read_body(request, max_body_bytes))
         policy = engine.policy_for(args.pod)
-        failed = engine.failed(policy, args.names) if policy else {}
-        if load is not None and not is_daemonset_pod(args.pod):  # the policy's filter first, load after
-            failed.update(load.failed([n for n in args.names if n not in failed]))
+        failed = decision.filter_nodes(args.pod, args.names, engine.failed(policy, args.names) if policy else {},
+                                       load.state() if load is not None else None)
         if policy and log.isEnabledFor(logging.INFO):
             _log_filter(policy.name, args.names, failed)
         telemetry.decisions.labels("filter", "passed").inc(len(args.names) - len(failed))
@@ -185,12 +183,10 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         start = time.perf_counter()
         args = wire.parse(await _read_body(request, max_body_bytes))
         names, policy = args.names, engine.policy_for(args.pod)
-        scores = engine.scores(policy, names) if policy else [0] * len(names)
-        if load is not None and not is_daemonset_pod(args.pod):
-            scores = [combine(own if policy else None, by_load, 1.0, load_weight)
-                      for own, by_load in zip(scores, load.scores(names))]
+        scores = decision.prioritize(args.pod, names, engine.scores(policy, names) if policy else None,
+                                     load.state() if load is not None else None, load_weight)
         telemetry.decisions.labels("prioritize", "scored").inc(len(names))
-        response = _json([{"Host": node, "Score": score} for node, score in zip(names, scores)])
+        response = _json([{"Host": node, "Score": score} for node, score in zip(names, scores, strict=True)])
         telemetry.latency.labels("prioritize").observe(time.perf_counter() - start)
         return response
 

@@ -5,59 +5,83 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
-import re
 import socket
 import ssl
 import sys
-import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from tas_extender import __version__
-from tas_extender.policy import PolicyError, parse_policy
+from tas_extender.duration import parse_duration
+from tas_extender.policy import Policy, PolicyError, parse_policy
+
+if TYPE_CHECKING:  # imported where used: `crd` and `evaluate` need neither a server nor the Kubernetes client
+    import uvicorn
+    from fastapi import FastAPI
+    from kubernetes.client import ApiClient
+
+    from tas_extender.cache import MetricCache
+    from tas_extender.controller import Controller
+    from tas_extender.engine import Engine
+    from tas_extender.leader import LeaseElector
+    from tas_extender.load.annotator import Annotator
+    from tas_extender.load.decide import LoadState
+    from tas_extender.load.mode import LoadAware
+    from tas_extender.load.policy import LoadPolicy
+    from tas_extender.sources import MetricSource
+    from tas_extender.store import PolicyStore
+    from tas_extender.sync import SyncLoop
+    from tas_extender.telemetry import Telemetry
 
 log = logging.getLogger("tas_extender")
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
 
 
 def duration(text: str) -> float:
-    """Seconds from a Go-style duration (2s, 1m30s, 500ms) or a plain number of seconds."""
+    """A positive flag duration: a Go duration (2s, 1m30s, 500ms) or a plain number of seconds."""
     try:
         value = float(text)
     except ValueError:
-        match = _DURATION.match(text.strip())
-        if not match or not any(match.groups()):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 5s, 1m or 500ms") from None
-        h, m, s, ms = (float(g) if g else 0.0 for g in match.groups())
-        value = h * 3600 + m * 60 + s + ms / 1000
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        try:
+            value = parse_duration(text.strip())
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive and finite")
     return value
 
 
-def load_policy_files(paths: list[str]) -> tuple[list, dict[str, PolicyError]]:
-    valid, invalid = [], {}
+def load_policy_files(paths: list[str]) -> tuple[list[Policy], dict[str, PolicyError]]:
+    valid: list[Policy] = []
+    invalid: dict[str, PolicyError] = {}
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             for doc in yaml.safe_load_all(handle):
                 if not doc:
                     continue
                 try:
-                    valid.append(parse_policy(doc))
+                    policy = parse_policy(doc)
                 except PolicyError as error:
                     name = (doc.get("metadata") or {}).get("name", "?") if isinstance(doc, dict) else "?"
                     invalid[f"{path}:{name}"] = error
+                    continue
+                for warning in policy.warnings:
+                    log.warning("%s: %s", path, warning)
+                valid.append(policy)
     return valid, invalid
 
 
 class _IndentedDumper(yaml.SafeDumper):
     """Indents list items under their key, as yamllint and most Kubernetes manifests do."""
 
-    def increase_indent(self, flow: bool = False, indentless: bool = False):
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         return super().increase_indent(flow, False)
 
 
@@ -104,10 +128,20 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--load-weight", type=float, default=1.0,
                       help="weight of the load score against a TASPolicy's own score (weight 1)")
 
-    evaluate = sub.add_parser("evaluate", help="print the decisions for policies and metrics as JSON")
-    evaluate.add_argument("--policy-file", action="append", required=True)
-    evaluate.add_argument("--metrics-file", required=True)
+    evaluate = sub.add_parser("evaluate", help="print the decisions for policies, metrics and node load as JSON")
+    evaluate.add_argument("--policy-file", action="append", default=[], help="YAML TASPolicy documents (repeatable)")
+    evaluate.add_argument("--metrics-file", default=None, help="Prometheus text file with node-labelled metrics")
     evaluate.add_argument("--missing-metrics", choices=["fail-open", "fail-closed"], default="fail-open")
+    offline = evaluate.add_argument_group("load-aware decisions (as serve --load-aware answers them)")
+    offline.add_argument("--load-aware", action="store_true", help="also decide by node load")
+    offline.add_argument("--load-policy", default=None, help="DynamicSchedulerPolicy YAML; implies --load-aware")
+    offline.add_argument("--nodes", default=None,
+                         help="the nodes with their load annotations: `kubectl get nodes -o json` (or YAML)")
+    offline.add_argument("--bindings", default=None,
+                         help="recent bindings: YAML/JSON mapping node -> seconds ago of each pod bound there")
+    offline.add_argument("--now", default=None, help="the moment of the decision, such as 2026-11-22T10:00:00Z")
+    offline.add_argument("--load-weight", type=float, default=1.0,
+                         help="weight of the load score against a TASPolicy's own score (weight 1)")
 
     sub.add_parser("crd", help="print the TASPolicy CustomResourceDefinition (YAML)")
     check = sub.add_parser("check-load-policy", help="validate a DynamicSchedulerPolicy file (load-aware mode)")
@@ -115,7 +149,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _kube_client(kubeconfig: str | None):
+class UsageError(Exception):
+    """Flags `serve` cannot run with; the message says which and what to give instead."""
+
+
+@dataclass
+class ClusterParts:
+    """What runs only against a Kubernetes API server; all None when serving from files."""
+
+    controller: Controller | None = None
+    elector: LeaseElector | None = None
+    load: LoadAware | None = None
+    annotator: Annotator | None = None
+
+
+def _kube_client(kubeconfig: str | None) -> ApiClient:
     from kubernetes import config
 
     if kubeconfig:
@@ -126,139 +174,115 @@ def _kube_client(kubeconfig: str | None):
     return client.ApiClient()
 
 
-def _tls_context_hook(args):
+def _cluster_client(args: argparse.Namespace) -> ApiClient | None:
+    """The API server's client: with --kubeconfig, or in a pod unless both files are given."""
+    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    if args.kubeconfig or (in_cluster and not (args.policy_file and args.metrics_file)):
+        return _kube_client(args.kubeconfig)
+    return None
+
+
+def _metric_source(args: argparse.Namespace, api_client: ApiClient | None) -> MetricSource:
+    source_name = args.metrics_source or ("file" if args.metrics_file else "custom-metrics")
+    if source_name == "file":
+        if not args.metrics_file:
+            raise UsageError("--metrics-source file needs --metrics-file")
+        from tas_extender.sources.textfile import TextfileSource
+
+        return TextfileSource(args.metrics_file)
+    if source_name == "prometheus":
+        from tas_extender.sources.prometheus import PrometheusSource
+
+        return PrometheusSource(args.prometheus_url)
+    if api_client is None:
+        raise UsageError("the custom metrics API needs --kubeconfig (or a pod), or give --metrics-file")
+    from tas_extender.sources.custom_metrics import CustomMetricsSource
+
+    return CustomMetricsSource(api_client)
+
+
+def _load_policy(args: argparse.Namespace, api_client: ApiClient | None) -> LoadPolicy | None:
+    """The DynamicSchedulerPolicy with --load-aware, else None."""
+    if not args.load_aware:
+        return None
+    from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file, policy_warnings
+
+    try:
+        policy = load_policy_file(args.load_policy) if args.load_policy else DEFAULT_POLICY
+    except PolicyError as error:
+        raise UsageError(f"--load-policy: {error}") from None
+    for warning in policy_warnings(policy):
+        log.warning("--load-policy %s: %s", args.load_policy, warning)
+    if api_client is None:
+        raise UsageError("--load-aware reads node annotations and watches pods: it needs --kubeconfig (or a pod)")
+    return policy
+
+
+def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine: Engine, telemetry: Telemetry,
+                         load_policy: LoadPolicy | None) -> ClusterParts:
+    """Leader election, then the controller's watches, with the load-aware parts it feeds."""
+    from tas_extender.controller import Controller
+    from tas_extender.leader import LeaseElector
+
+    elector = load = annotator = None
+    if args.leader_elect:
+        identity = f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaseElector(api_client, args.lease_namespace, args.lease_name, identity)
+        elector.start()
+    controller = Controller(api_client, engine, telemetry,
+                            is_leader=lambda: elector is None or elector.is_leader)
+    if load_policy is not None:
+        from tas_extender.load.mode import LoadAware
+
+        load = LoadAware(load_policy, controller.annotations)
+        if args.load_prometheus_url:
+            from tas_extender.load.annotator import Annotator
+            from tas_extender.sources.prometheus import PrometheusSource
+
+            annotator = Annotator(load_policy, PrometheusSource(args.load_prometheus_url, metric_prefix=""),
+                                  controller.all_annotations, controller.core.patch_node,
+                                  hot_value=load.hot_value)
+    controller.start(policies=not args.policy_file, pods=load)
+    return ClusterParts(controller, elector, load, annotator)
+
+
+def _not_ready(store: PolicyStore, cache: MetricCache, source: MetricSource,
+               controller: Controller | None) -> list[str]:
+    """What /readyz waits for; empty when ready."""
+    waiting: list[str] = []
+    if not store.synced:
+        waiting.append("policies not listed yet")
+    if not cache.synced and store.metric_names():
+        waiting.append(f"metric source {source.name} not synced: {cache.last_error or 'first fetch pending'}")
+    if controller is not None and not controller.nodes_synced:
+        waiting.append("nodes not listed yet")
+    return waiting
+
+
+def _shutdown(sync: SyncLoop, cluster: ClusterParts) -> None:
+    """Stop writing to the cluster and give the Lease up, so another replica leads at once."""
+    sync.stop()
+    if cluster.controller is not None:
+        cluster.controller.stop.set()
+    if cluster.elector is not None:
+        cluster.elector.release()
+
+
+def _tls_context_hook(args: argparse.Namespace) -> dict[str, Any]:
     """uvicorn settings for mutual TLS: client certificates required, TLS 1.2 or newer."""
     return {"ssl_certfile": args.cert, "ssl_keyfile": args.key, "ssl_ca_certs": args.cacert,
             "ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
-def serve(args) -> int:
+def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | None) -> None:
+    """The extender's server (mutual TLS unless --unsafe) and the plain-HTTP health one, until
+    SIGTERM or SIGINT."""
     import uvicorn
 
-    from tas_extender.api import create_app
-    from tas_extender.cache import MetricCache
-    from tas_extender.engine import Engine
-    from tas_extender.leader import LeaseElector
-    from tas_extender.store import PolicyStore
-    from tas_extender.telemetry import Telemetry
-
-    if not args.unsafe and not (args.cert and args.key and args.cacert):
-        print("tas-extender: --cert, --key and --cacert are required for mutual TLS "
-              "(or --unsafe to serve plain HTTP for testing)", file=sys.stderr)
-        return 2
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    use_cluster = bool(args.kubeconfig) or (in_cluster and not (args.policy_file and args.metrics_file))
-    api_client = _kube_client(args.kubeconfig) if use_cluster else None
-
-    source_name = args.metrics_source or ("file" if args.metrics_file else "custom-metrics")
-    if source_name == "file":
-        if not args.metrics_file:
-            print("tas-extender: --metrics-source file needs --metrics-file", file=sys.stderr)
-            return 2
-        from tas_extender.sources.textfile import TextfileSource
-
-        source = TextfileSource(args.metrics_file)
-    elif source_name == "prometheus":
-        from tas_extender.sources.prometheus import PrometheusSource
-
-        source = PrometheusSource(args.prometheus_url)
-    else:
-        if api_client is None:
-            print("tas-extender: the custom metrics API needs --kubeconfig (or a pod), "
-                  "or give --metrics-file", file=sys.stderr)
-            return 2
-        from tas_extender.sources.custom_metrics import CustomMetricsSource
-
-        source = CustomMetricsSource(api_client)
-
-    max_age = args.metric_max_age or max(3 * args.sync_period, 30.0)
-    store, telemetry = PolicyStore(), Telemetry()
-    cache = MetricCache(source, max_age)
-    engine = Engine(store, cache, fail_closed=args.missing_metrics == "fail-closed")
-
-    load_policy = None
-    if args.load_aware:
-        from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file
-
-        try:
-            load_policy = load_policy_file(args.load_policy) if args.load_policy else DEFAULT_POLICY
-        except PolicyError as error:
-            print(f"tas-extender: --load-policy: {error}", file=sys.stderr)
-            return 2
-        if api_client is None:
-            print("tas-extender: --load-aware reads node annotations and watches pods: it needs "
-                  "--kubeconfig (or a pod)", file=sys.stderr)
-            return 2
-
-    controller = elector = load = annotator = None
-    if args.policy_file:
-        valid, invalid = load_policy_files(args.policy_file)
-        for key, error in invalid.items():
-            log.error("policy %s is invalid: %s", key, error)
-        store.replace_all(valid, invalid)
-    if api_client is not None:
-        from tas_extender.controller import Controller
-
-        if args.leader_elect:
-            identity = f"{socket.gethostname()}-{os.getpid()}"
-            elector = LeaseElector(api_client, args.lease_namespace, args.lease_name, identity)
-            elector.start()
-        controller = Controller(api_client, engine, telemetry,
-                                is_leader=(lambda: elector.is_leader) if elector else (lambda: True))
-        if load_policy is not None:
-            from tas_extender.load.mode import LoadAware
-
-            load = LoadAware(load_policy, controller.annotations)
-            if args.load_prometheus_url:
-                from tas_extender.load.annotator import Annotator
-                from tas_extender.sources.prometheus import PrometheusSource
-
-                annotator = Annotator(load_policy, PrometheusSource(args.load_prometheus_url, metric_prefix=""),
-                                      controller.all_annotations, controller.core.patch_node)
-        controller.start(policies=not args.policy_file, pods=load)
-
-    def sync_loop() -> None:
-        cleaned_up = False
-        while True:
-            started = time.monotonic()
-            try:
-                cache.refresh(store.metric_names())
-                engine.rebuild()
-                if controller is not None and controller.nodes_synced and controller.is_leader():
-                    controller.reconcile()
-                    if annotator is not None:
-                        annotator.sync()
-                    elif load_policy is None and not cleaned_up:  # the mode was turned off
-                        controller.remove_load_annotations()
-                        cleaned_up = True
-            except Exception:  # noqa: BLE001 - the loop must survive anything one round throws
-                log.exception("sync failed")
-            time.sleep(max(0.0, args.sync_period - (time.monotonic() - started)))
-
-    threading.Thread(target=sync_loop, name="sync", daemon=True).start()
-
-    def readiness() -> list[str]:
-        waiting = []
-        if not store.synced:
-            waiting.append("policies not listed yet")
-        if not cache.synced and store.metric_names():
-            waiting.append(f"metric source {source.name} not synced: {cache.last_error or 'first fetch pending'}")
-        if controller is not None and not controller.nodes_synced:
-            waiting.append("nodes not listed yet")
-        return waiting
-
-    def shutdown() -> None:
-        if controller is not None:
-            controller.stop.set()
-        if elector is not None:
-            elector.release()
-
-    app = create_app(engine, telemetry, args.max_body_bytes, readiness, on_shutdown=shutdown,
-                     load=load, load_weight=args.load_weight)
     # httptools and uvloop, not uvicorn's pure-Python fallbacks: a third less time per call.
-    settings = {"host": args.host, "port": args.port, "log_level": args.log_level,
-                "http": "httptools", "loop": "uvloop",
-                "access_log": args.log_level == "debug", "timeout_keep_alive": 60}
+    settings: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
+                                "http": "httptools", "loop": "uvloop",
+                                "access_log": args.log_level == "debug", "timeout_keep_alive": 60}
     if args.unsafe:
         log.warning("!!! --unsafe: serving plain HTTP WITHOUT TLS or client authentication; "
                     "any process that reaches port %d can query the extender. Use for tests only. !!!",
@@ -273,30 +297,68 @@ def serve(args) -> int:
         config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
         CertificateReloader(config.ssl, args.cert, args.key, args.cacert).start()
     servers = [uvicorn.Server(config)]
-    if args.health_port:
-        from tas_extender.api import create_health_app
-
+    if health_app is not None:
         servers.append(_quiet_server(uvicorn.Config(
-            create_health_app(engine, readiness), host=args.host, port=args.health_port,
+            health_app, host=args.host, port=args.health_port,
             log_level=args.log_level, http="httptools", loop="uvloop", access_log=False)))
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(_serve_together(servers))
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Wire the parts together, as TAS's cmd/main.go does, and serve until stopped."""
+    from tas_extender.api import create_app, create_health_app
+    from tas_extender.cache import MetricCache
+    from tas_extender.engine import Engine
+    from tas_extender.store import PolicyStore
+    from tas_extender.sync import SyncLoop
+    from tas_extender.telemetry import Telemetry
+
+    try:
+        if not args.unsafe and not (args.cert and args.key and args.cacert):
+            raise UsageError("--cert, --key and --cacert are required for mutual TLS "
+                             "(or --unsafe to serve plain HTTP for testing)")
+        api_client = _cluster_client(args)
+        source = _metric_source(args, api_client)
+        load_policy = _load_policy(args, api_client)
+    except UsageError as error:
+        print(f"tas-extender: {error}", file=sys.stderr)
+        return 2
+    store, telemetry = PolicyStore(), Telemetry()
+    cache = MetricCache(source, args.metric_max_age or max(3 * args.sync_period, 30.0))
+    engine = Engine(store, cache, fail_closed=args.missing_metrics == "fail-closed")
+    if args.policy_file:
+        valid, invalid = load_policy_files(args.policy_file)
+        for key, reason in invalid.items():
+            log.error("policy %s is invalid: %s", key, reason)
+        store.replace_all(valid, invalid)
+    cluster = ClusterParts() if api_client is None else _start_cluster_parts(
+        args, api_client, engine, telemetry, load_policy)
+    sync = SyncLoop(store, cache, engine, args.sync_period, cluster.controller, cluster.annotator,
+                    load_aware=load_policy is not None)
+    sync.start()
+
+    readiness = functools.partial(_not_ready, store, cache, source, cluster.controller)
+    app = create_app(engine, telemetry, args.max_body_bytes, readiness,
+                     on_shutdown=functools.partial(_shutdown, sync, cluster),
+                     load=cluster.load, load_weight=args.load_weight)
+    _run_servers(args, app, create_health_app(engine, readiness) if args.health_port else None)
     return 0
 
 
-def _quiet_server(config):
+def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
     """A uvicorn server that leaves SIGTERM and SIGINT to the main one, which stops it."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self):
+        def capture_signals(self) -> Iterator[None]:
             yield
 
     return QuietServer(config)
 
 
-async def _serve_together(servers) -> None:
+async def _serve_together(servers: list[uvicorn.Server]) -> None:
     """Run the main server and any others until the main one stops (SIGTERM, SIGINT)."""
     main, *others = servers
     tasks = [asyncio.create_task(server.serve()) for server in others]
@@ -308,19 +370,116 @@ async def _serve_together(servers) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    """`tas-extender evaluate`: the decisions the extender would make, from files."""
+    from tas_extender.evaluate import evaluate
+    from tas_extender.metrics import Snapshot
+    from tas_extender.sources.textfile import parse
+
+    valid, invalid = load_policy_files(args.policy_file)
+    if invalid:
+        for key, error in invalid.items():
+            print(f"tas-extender: policy {key} is invalid: {error}", file=sys.stderr)
+        return 1
+    load_aware = args.load_aware or args.load_policy is not None
+    if not valid and not load_aware:
+        print("tas-extender: evaluate needs --policy-file, --load-aware or --load-policy", file=sys.stderr)
+        return 2
+    try:
+        now = _moment(args.now)
+        load, annotated = _offline_load(args, now) if load_aware else (None, [])
+    except (OSError, ValueError, PolicyError) as error:
+        print(f"tas-extender: {error}", file=sys.stderr)
+        return 1
+    samples: dict = {}
+    if args.metrics_file:
+        with open(args.metrics_file, encoding="utf-8") as handle:
+            samples = parse(handle.read(), now)
+    snapshot = Snapshot.build(samples, now, float("inf"))
+    nodes = sorted(set(snapshot.nodes) | set(annotated))
+    doc = evaluate(valid, snapshot, nodes, args.missing_metrics == "fail-closed", load, args.load_weight)
+    print(json.dumps(doc, indent=2, sort_keys=True))
+    return 0
+
+
+def _moment(text: str | None) -> float:
+    if text is None:
+        return time.time()
+    from tas_extender.load.annotations import parse_timestamp
+
+    try:
+        return parse_timestamp(text)
+    except ValueError as error:
+        raise ValueError(f"--now: {error}") from None
+
+
+def _read_document(path: str, flag: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return yaml.safe_load(handle)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{flag} {path}: not valid JSON or YAML: {error}") from None
+
+
+def load_nodes(path: str | None) -> dict[str, dict[str, str]]:
+    """Node name -> annotations from `kubectl get nodes -o json` (a NodeList, a list or one Node)."""
+    if path is None:
+        return {}
+    document = _read_document(path, "--nodes")
+    items = document.get("items") if isinstance(document, dict) and "items" in document else document
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        raise ValueError(f"--nodes {path}: expected a NodeList, a list of Nodes or one Node")
+    nodes = {}
+    for i, item in enumerate(items):
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if not isinstance(metadata, dict) or not isinstance(name, str) or not name:
+            raise ValueError(f"--nodes {path}: items[{i}].metadata.name is missing")
+        annotations = metadata.get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise ValueError(f"--nodes {path}: items[{i}].metadata.annotations is not a mapping")
+        nodes[name] = {str(k): str(v) for k, v in annotations.items()}
+    return nodes
+
+
+def _offline_load(args: argparse.Namespace, now: float) -> tuple[LoadState, list[str]]:
+    """The load inputs `evaluate` decides on, and the nodes the --nodes file names."""
+    from tas_extender.load.decide import LoadState
+    from tas_extender.load.hotspot import BindingCounter
+    from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file
+
+    policy = load_policy_file(args.load_policy) if args.load_policy else DEFAULT_POLICY
+    annotations = load_nodes(args.nodes)
+    counter = BindingCounter(policy.longest_hot_window)
+    recent = _read_document(args.bindings, "--bindings") if args.bindings else {}
+    if not isinstance(recent, dict):
+        raise ValueError(f"--bindings {args.bindings}: expected a mapping node -> list of seconds ago")
+    for node, ages in recent.items():
+        if not isinstance(ages, list) or not all(isinstance(a, (int, float)) and a >= 0 for a in ages):
+            raise ValueError(f"--bindings {args.bindings}: {node}: expected a list of seconds ago (numbers >= 0)")
+        for age in ages:
+            counter.record(str(node), now - age)
+    state = LoadState(policy, now, annotations.get, lambda node, window: counter.count(node, window, now))
+    return state, list(annotations)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, getattr(args, "log_level", "info").upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "check-load-policy":
-        from tas_extender.load.policy import load_policy_file
+        from tas_extender.load.policy import describe, load_policy_file, policy_warnings
 
         try:
             policy = load_policy_file(args.path)
         except PolicyError as error:
             print(f"tas-extender: {error}", file=sys.stderr)
             return 1
-        print(f"{args.path}: valid; filter above {policy.limits}, weights {policy.weights}, hot {policy.hot}")
+        for warning in policy_warnings(policy):
+            print(f"tas-extender: warning: {args.path}: {warning}", file=sys.stderr)
+        print(f"{args.path}: valid; {describe(policy)}")
         return 0
     if args.command == "crd":
         from tas_extender.crd import crd
@@ -328,23 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(yaml.dump(crd(), Dumper=_IndentedDumper, sort_keys=False))
         return 0
     if args.command == "evaluate":
-        from tas_extender.evaluate import evaluate
-        from tas_extender.metrics import Snapshot
-        from tas_extender.sources.textfile import parse
-
-        valid, invalid = load_policy_files(args.policy_file)
-        if invalid:
-            for key, error in invalid.items():
-                print(f"tas-extender: policy {key} is invalid: {error}", file=sys.stderr)
-            return 1
-        now = time.time()
-        with open(args.metrics_file, encoding="utf-8") as handle:
-            samples = parse(handle.read(), now)
-        snapshot = Snapshot.build(samples, now, float("inf"))
-        nodes = sorted(snapshot.nodes)
-        doc = evaluate(valid, snapshot, nodes, args.missing_metrics == "fail-closed")
-        print(json.dumps(doc, indent=2, sort_keys=True))
-        return 0
+        return _evaluate(args)
     return serve(args)
 
 

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client, watch
 
@@ -25,7 +26,7 @@ STATUS_REFRESH_SECONDS = 60
 
 
 def _now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def label_patch(have: dict[str, str], annotations: dict[str, str],
@@ -56,7 +57,25 @@ def _violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
             "message": f"{len(nodes)} node(s) violate the deschedule rules: {' '.join(nodes)}"}
 
 
-def _list_version(listing) -> str:
+def _warning_condition(policy: Policy, shown: int = 5) -> dict[str, str] | None:
+    """The Warning condition: the parts of an accepted policy that can never act, or None.
+
+    It names the first `shown` of them; each has its own Event.
+    """
+    if not policy.warnings:
+        return None
+    message = "; ".join(str(warning) for warning in policy.warnings[:shown])
+    if len(policy.warnings) > shown:
+        message += f"; and {len(policy.warnings) - shown} more (see the policy's events)"
+    return {"type": "Warning", "status": "True", "reason": "RulesNeverAct", "message": message}
+
+
+# A watch: its name, the list call (also streamed by the watch), what to do with the listed
+# items, and with each event (its type and object).
+_Watch = tuple[str, Callable[..., Any], Callable[[Any], None], Callable[[str, Any], None]]
+
+
+def _list_version(listing: Any) -> str:
     if isinstance(listing, dict):
         return listing["metadata"]["resourceVersion"]
     return listing.metadata.resource_version
@@ -98,7 +117,7 @@ def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Ca
 
 
 class Controller:
-    def __init__(self, api_client, engine: Engine, telemetry: Telemetry,
+    def __init__(self, api_client: client.ApiClient, engine: Engine, telemetry: Telemetry,
                  is_leader: Callable[[], bool] = lambda: True):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -132,6 +151,8 @@ class Controller:
         log.info("registering policy %s (%s)", key,
                  " ".join(s for s in ("scheduleonmetric", "dontschedule", "deschedule", "labeling")
                           if policy.strategy(s)))
+        for warning in policy.warnings:
+            log.warning("policy %s: %s", key, warning)
         self.store.put(policy)
 
     def _on_policy_list(self, items: list[dict]) -> None:
@@ -142,9 +163,14 @@ class Controller:
             key = f"{meta.get('namespace')}/{meta.get('name')}"
             self._objects[key] = obj
             try:
-                valid.append(parse_policy(obj))
+                policy = parse_policy(obj)
             except PolicyError as error:
+                log.warning("policy %s is invalid: %s", key, error)
                 invalid[key] = error
+                continue
+            for warning in policy.warnings:
+                log.warning("policy %s: %s", key, warning)
+            valid.append(policy)
         self.store.replace_all(valid, invalid)
 
     def _on_policy_event(self, kind: str, obj: dict) -> None:
@@ -162,22 +188,22 @@ class Controller:
         else:
             self._accept(obj)
 
-    def _list_policies(self, **kwargs):
+    def _list_policies(self, **kwargs: Any) -> Any:
         return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
     # --- nodes --------------------------------------------------------------------------
 
-    def _node_entry(self, node) -> tuple[dict[str, str], dict[str, str]]:
+    def _node_entry(self, node: Any) -> tuple[dict[str, str], dict[str, str]]:
         return dict(node.metadata.labels or {}), dict(node.metadata.annotations or {})
 
-    def _on_node_list(self, items) -> None:
+    def _on_node_list(self, items: list[Any]) -> None:
         with self._nodes_lock:
             self.nodes = {n.metadata.name: self._node_entry(n) for n in items}
         self.nodes_synced = True
         self.engine.known_nodes = set(self.nodes)
         self.engine.rebuild()
 
-    def _on_node_event(self, kind: str, node) -> None:
+    def _on_node_event(self, kind: str, node: Any) -> None:
         with self._nodes_lock:
             if kind == "DELETED":
                 self.nodes.pop(node.metadata.name, None)
@@ -207,21 +233,21 @@ class Controller:
 
     def start(self, policies: bool = True, pods: LoadAware | None = None) -> None:
         """Start the watches: nodes always, policies unless they come from files, pods for `pods`."""
-        watches = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
+        watches: list[_Watch] = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
         if policies:
             watches.append(("policy", self._list_policies, self._on_policy_list, self._on_policy_event))
         if pods is not None:
-            def on_list(items) -> None:
+            def on_pod_list(items: list[Any]) -> None:
                 for pod in items:
                     pods.on_pod(pod.metadata.uid, pod.spec.node_name, initial=True)
 
-            def on_event(kind: str, pod) -> None:
+            def on_pod_event(kind: str, pod: Any) -> None:
                 if kind == "DELETED":
                     pods.forget_pod(pod.metadata.uid)
                 else:
                     pods.on_pod(pod.metadata.uid, pod.spec.node_name)
 
-            watches.append(("pod", self.core.list_pod_for_all_namespaces, on_list, on_event))
+            watches.append(("pod", self.core.list_pod_for_all_namespaces, on_pod_list, on_pod_event))
         for name, list_fn, on_list, on_event in watches:
             threading.Thread(target=_watch_forever, name=f"{name}-watch", daemon=True,
                              args=(name, list_fn, on_list, on_event, self.stop)).start()
@@ -285,23 +311,30 @@ class Controller:
             meta = obj.get("metadata", {})
             generation = int(meta.get("generation") or 0)
             error = invalid.get(key)
+            policy = None if error is not None else self.store.get(meta.get("namespace"), meta.get("name"))
             if error is not None:
                 condition = {"type": "Valid", "status": "False", "reason": "InvalidPolicy",
                              "message": f"{error.field}: {error.reason}"}
-                self._event(obj, generation, condition["message"])
-            elif policy := self.store.get(meta.get("namespace"), meta.get("name")):
+                self._event(obj, generation, "InvalidPolicy", condition["message"])
+            elif policy is not None:
                 condition = {"type": "Valid", "status": "True", "reason": "Accepted",
                              "message": "policy is valid and in use"}
+                for warning in policy.warnings:
+                    self._event(obj, generation, warning.reason, str(warning))
             else:
                 continue
             nodes = violating.get(key, [])
-            content = (condition["status"], condition["message"], tuple(nodes), generation)
+            warned = _warning_condition(policy) if policy is not None else None
+            content = (condition["status"], condition["message"], tuple(nodes), generation,
+                       warned["message"] if warned else None)
             last = self._status_written.get(key)
             if last and last[0] == content and now - last[1] < STATUS_REFRESH_SECONDS:
                 continue
-            conditions = [condition]
-            if condition["status"] == "True":
+            conditions: list[dict[str, Any]] = [condition]  # each gains an int observedGeneration
+            if policy is not None:
                 conditions.append(_violating_condition(policy, nodes))
+                if warned is not None:
+                    conditions.append(warned)
             old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
             for entry in conditions:
                 previous = old.get(entry["type"])
@@ -322,18 +355,18 @@ class Controller:
             obj["status"] = status
             self._status_written[key] = (content, now)
 
-    def _event(self, obj: dict, generation: int, message: str) -> None:
+    def _event(self, obj: dict, generation: int, reason: str, message: str) -> None:
         meta = obj["metadata"]
         marker = (f"{meta['namespace']}/{meta['name']}", generation, message)
         if marker in self._events_sent:
             return
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
             involved_object=client.V1ObjectReference(
                 api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"],
                 namespace=meta["namespace"], uid=meta.get("uid")),
-            reason="InvalidPolicy", message=message, type="Warning",
+            reason=reason, message=message, type="Warning",
             first_timestamp=now, last_timestamp=now, count=1,
             source=client.V1EventSource(component="tas-extender"))
         try:

@@ -6,7 +6,7 @@ from typing import Any
 
 from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, PolicySpec
 
-_DROP = {"title", "additionalProperties"}  # CRD schemas forbid additionalProperties with properties
+_DROP = {"title"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -25,6 +25,8 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     for key, value in node.items():
         if key in _DROP or key == "$defs":
             continue
+        if key == "additionalProperties" and isinstance(value, bool):
+            continue  # extra="forbid": CRD schemas forbid it beside properties (unknown fields are pruned)
         if key == "const":
             out["enum"] = [value]
         elif key == "properties":
@@ -87,6 +89,8 @@ def crd() -> dict[str, Any]:
                 "additionalPrinterColumns": [
                     {"name": "Valid", "type": "string",
                      "jsonPath": '.status.conditions[?(@.type=="Valid")].status'},
+                    {"name": "Warning", "type": "string",
+                     "jsonPath": '.status.conditions[?(@.type=="Warning")].status'},
                     {"name": "Violating", "type": "string", "jsonPath": ".status.violatingNodes"},
                     {"name": "Evaluated", "type": "date", "jsonPath": ".status.lastEvaluated"},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

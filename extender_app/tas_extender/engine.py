@@ -11,6 +11,7 @@ import operator
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from tas_extender.cache import MetricCache
 from tas_extender.metrics import Snapshot
@@ -61,8 +62,9 @@ class Engine:
         table = view.failed.get(policy.key)
         if table is None:
             return {}
-        # map/filter/zip keep the per-node work in C: this is the request's hot loop.
-        result = dict(filter(_has_reason, zip(nodes, map(table.get, nodes))))
+        # map/filter/zip keep the per-node work in C: this is the request's hot loop. The filter
+        # drops the nodes without a reason, which mypy cannot follow through itemgetter.
+        result = cast(dict[str, str], dict(filter(_has_reason, zip(nodes, map(table.get, nodes), strict=True))))
         if not view.evaluated.issuperset(nodes):  # nodes the last sync did not know: decide now
             unknown = [n for n in nodes if n not in view.evaluated]
             result.update(dontschedule.failed_nodes(policy, view.snapshot, unknown, self.fail_closed))

@@ -12,11 +12,11 @@ log = logging.getLogger(__name__)
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 class LeaseElector:
-    def __init__(self, api_client, namespace: str, name: str, identity: str,
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
                  lease_seconds: int = 15, renew_seconds: float = 5.0):
         self.api = client.CoordinationV1Api(api_client)
         self.namespace, self.name, self.identity = namespace, name, identity
@@ -47,7 +47,7 @@ class LeaseElector:
                 if create_error.status == 409:
                     return False
                 raise
-        spec = lease.spec
+        spec = lease.spec or client.V1LeaseSpec()  # a Lease without a spec is held by no one
         holder = spec.holder_identity
         renewed = spec.renew_time or spec.acquire_time
         duration = spec.lease_duration_seconds or self.lease_seconds
@@ -96,7 +96,7 @@ class LeaseElector:
         self.is_leader = False
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
-            if lease.spec.holder_identity != self.identity:
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
             lease.spec.holder_identity = None
             lease.spec.lease_duration_seconds = 1

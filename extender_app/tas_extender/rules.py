@@ -20,6 +20,8 @@ def broken_rules(strategy: Strategy, snapshot: Snapshot, node: str) -> tuple[lis
     broken: list[tuple[Rule, float]] = []
     missing: list[Rule] = []
     for rule in strategy.rules:
+        if not rule.metricname:  # never has a value: neither broken nor missing, even failing closed
+            continue
         value = snapshot.get(rule.metricname, node)
         if value is None:
             missing.append(rule)
@@ -32,13 +34,14 @@ def violates(strategy: Strategy, snapshot: Snapshot, node: str,
              fail_closed: bool = False) -> tuple[bool, list[tuple[Rule, float]], list[Rule]]:
     """Whether the node violates the strategy: any rule (anyOf) or every rule (allOf).
 
-    A missing metric counts as not broken (fail open, as TAS) unless fail_closed.
+    A missing metric counts as not broken (fail open, as TAS) unless fail_closed. As in TAS, a
+    strategy without rules is never violated, and allOf with a rule the node lacks is not.
     """
     broken, missing = broken_rules(strategy, snapshot, node)
     if fail_closed and missing:
         return True, broken, missing
     if strategy.logicalOperator == "allOf":
-        return len(broken) == len(strategy.rules), broken, []
+        return bool(broken) and len(broken) == len(strategy.rules), broken, []
     return bool(broken), broken, []
 
 

@@ -16,7 +16,7 @@ class PolicyStore:
         self._valid: dict[str, Policy] = {}
         self._invalid: dict[str, PolicyError] = {}
         self.synced = False  # the first full list has been loaded
-        self.listeners: list[Callable[[], None]] = []
+        self.listeners: list[Callable[[], object]] = []  # called on every change; results unused
 
     def _changed(self) -> None:
         for listener in self.listeners:

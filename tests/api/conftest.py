@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import pathlib
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,14 +18,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from support import free_port
+
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 STARTUP_SECONDS = 30
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- certificates -------------------------------------------------------------------------

@@ -7,44 +7,23 @@ file the test writes, so the test controls what each node reports.
 from __future__ import annotations
 
 import pathlib
-import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 
 import httpx
 import pytest
 import yaml
 from kubernetes import client
-from support import provisioned_extender
+
+from support import free_port, provisioned_extender, wait_for
 
 # The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
 
 GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
 DEADLINE = 30
 NODES = ["node-1", "node-2", "node-3"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.25):
-    """Poll until `condition` returns something truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if result := condition():
-                return result
-        except Exception as error:  # noqa: BLE001 - the API server may be busy: keep polling
-            last_error = error
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s: {message}" + (f" (last error: {last_error})" if last_error else ""))
 
 
 def tas_extender() -> str:
@@ -83,8 +62,9 @@ def crd(api_client):
 
 
 class Metrics:
-    def __init__(self, path: pathlib.Path):
+    def __init__(self, path: pathlib.Path, port: int = 0):
         self.path = path
+        self.port = port  # the extender's, which reads this file
         self.set({n: 0 for n in NODES})
 
     def set(self, values: dict[str, float], metric: str = "health_metric") -> None:
@@ -93,8 +73,8 @@ class Metrics:
 
 @pytest.fixture
 def extender(kubeconfig, crd, tmp_path, namespace):
-    metrics = Metrics(tmp_path / "metrics.prom")
     port = free_port()
+    metrics = Metrics(tmp_path / "metrics.prom", port)
     log = (tmp_path / "extender.log").open("w")
     proc = subprocess.Popen(
         [tas_extender(), "serve", "--unsafe",
@@ -164,21 +144,7 @@ def test_labels_follow_metrics_policy_edits_and_deletion(api_client, extender, n
              DEADLINE, "every label of the deleted policy removed")
 
 
-def test_invalid_policy_gets_a_condition_and_an_event_naming_the_field(api_client, extender, namespace):
-    custom, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
-    name = f"bad-{uuid.uuid4().hex[:6]}"
-    # The schema cannot say that a labeling rule needs labels, or what a label key may contain.
-    create_policy(custom, namespace, name, {"labeling": {"rules": [
-        {"metricname": "health_metric", "operator": "GreaterThan", "target": 0, "labels": ["bad key=x"]}]}})
-    status = wait_for(lambda: custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-                      .get("status"), DEADLINE, "status written")
-    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
-    assert valid["status"] == "False"
-    assert "spec.strategies.labeling.rules[0].labels" in valid["message"]
-    events = wait_for(lambda: [e for e in core.list_namespaced_event(namespace).items
-                               if e.involved_object.name == name and e.reason == "InvalidPolicy"],
-                      DEADLINE, "InvalidPolicy event")
-    assert "not a valid label name" in events[0].message
+# Rules that never act (TAS accepts them): test_tas_migration.py.
 
 
 def test_the_api_server_rejects_what_the_schema_can_say(api_client, crd, namespace):

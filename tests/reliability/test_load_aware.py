@@ -1,4 +1,4 @@
-"""The load-aware mode on the local cluster: site.yml with extender_load_aware on, then off.
+"""The load-aware mode on the local cluster: site.yml with tas_load_aware on, then off.
 
 Each fake node reports its load through its textfile collector (simulated_*_usage_percent, as
 the local inventory's recording rules read it): node-1 overloaded, node-2 busy, node-3 idle.
@@ -49,11 +49,11 @@ def test_pods_go_to_the_least_loaded_node_and_a_burst_is_spread(api_client, name
     core = client.CoreV1Api(api_client)
     write_loads(stack, LOAD)
     try:
-        play = run_playbook("playbooks/site.yml", "-e", "extender_load_aware=true")
+        play = run_playbook("playbooks/site.yml", "-e", "tas_load_aware=true")
         assert play.returncode == 0, play.stdout[-3000:] + play.stderr[-2000:]
 
-        # The leader annotates every node with its load, crane-style: "<percent>,<UTC time>".
-        wait_for(lambda: all((a := annotations(core)[n]).get("cpu_usage_avg_5m", "").startswith(f"{LOAD[n]},")
+        # The leader annotates every node with its load in crane's format: "<fraction>,<UTC time>Z".
+        wait_for(lambda: all((a := annotations(core)[n]).get("cpu_usage_avg_5m", "").startswith(f"{LOAD[n] / 100:.5f},")
                              and MANAGED_KEY in a for n in NODES), DEADLINE, "load annotations on every node")
 
         # One at a time: each new pod goes to the idle node.
@@ -61,7 +61,7 @@ def test_pods_go_to_the_least_loaded_node_and_a_burst_is_spread(api_client, name
             core.create_namespaced_pod(namespace, bare_pod(namespace, f"single-{i}"))
             assert placement(core, namespace, i + 1) == {"node-3": i + 1}
 
-        # A burst: node-3 turns hot (more than 2 pods a minute) and node-2 takes the rest;
+        # A burst: node-3 turns hot (crane's hot value: a point per 2 pods a minute) and node-2 takes the rest;
         # node-1, above the 65 % threshold, takes none.
         for i in range(12):
             core.create_namespaced_pod(namespace, bare_pod(namespace, f"burst-{i}"))

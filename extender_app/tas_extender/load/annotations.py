@@ -1,86 +1,116 @@
-"""The node-annotation format crane's node-annotator writes: key = metric, value = "<percent>,<RFC3339>"."""
+"""crane's node-annotation format: key = metric, value = "<usage fraction>,<time>", e.g. `0.90000,2026-01-02T15:04:05Z`.
+
+Written as crane's annotator writes it (pkg/controller/prometheus: the percent / 100, five
+decimals; pkg/utils: layout 2006-01-02T15:04:05Z) and read as crane's scheduler reads it
+(pkg/plugins/dynamic/stats.go), except that the Z here means UTC: crane writes and reads its
+local time (TZ, Asia/Shanghai in its manifests) behind a literal Z.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from tas_extender.load.policy import LoadPolicy
 
-# An annotation stays usable this long after its sync period, as in crane.
+# An annotation stays usable this long after its sync period (crane's ExtraActivePeriod).
 VALIDITY_GRACE = 300.0
-# RFC 3339 with seconds and an explicit offset; a naive timestamp cannot be aged safely.
-_RFC3339 = re.compile(
-    r"^(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$")
+# crane's annotator also writes the node's hot value; it is valid for 5 minutes.
+HOT_VALUE_KEY = "node_hot_value"
+HOT_VALUE_VALIDITY = 300.0
+# Go's ParseFloat in decimal form; Python's float() would also take "1_0" and spaces.
+_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+# crane's layout, which Go also reads with fractional seconds after the seconds.
+_STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?Z$")
 
 
-def annotation_keys(policy: LoadPolicy) -> tuple[str, ...]:
-    """The annotation keys this mode writes, so they can be removed when it is turned off."""
-    return tuple(sorted(policy.sync))
-
-
-def format_value(value: float, now: datetime) -> str:
-    """A usage percent and the time it was read, e.g. `42.5,2026-11-22T10:00:00Z` (always UTC, real Z)."""
-    if not math.isfinite(value):
-        raise ValueError(f"usage {value!r} is not a finite number")
+def format_value(fraction: float, now: datetime) -> str:
+    """A usage fraction and the time it was read: `0.42500,2026-11-22T10:00:00Z` (UTC)."""
+    if not math.isfinite(fraction) or fraction < 0:
+        raise ValueError(f"usage {fraction!r} is not a finite number >= 0")
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
-    number = f"{value:.5f}".rstrip("0").rstrip(".")
-    if number in ("-0", ""):
-        number = "0"
-    stamp = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{number},{stamp}"
+    return f"{fraction:.5f},{now.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def format_hot_value(points: int, now: datetime) -> str:
+    """The hot value annotation crane's scheduler reads: `2,2026-11-22T10:00:00Z`."""
+    return f"{points},{now.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
 def parse_value(text: str) -> tuple[float, datetime]:
-    """The usage percent (0..100) and the aware timestamp of an annotation; ValueError says what is wrong."""
+    """The usage fraction and the UTC time of an annotation; ValueError says what crane would refuse."""
+    value, seconds = _read(text)
+    return value, datetime.fromtimestamp(seconds, UTC)
+
+
+def _read(text: str) -> tuple[float, float]:
+    """The usage fraction and the time in epoch seconds: the request path's parser."""
     if not isinstance(text, str):
         raise ValueError(f"annotation is not a string: {text!r}")
-    number, comma, stamp = text.partition(",")
-    if not comma:
+    parts = text.split(",")
+    if len(parts) != 2:
         raise ValueError(f"{text!r} is not of the form <value>,<timestamp>")
-    try:
-        value = float(number.strip())
-    except ValueError:
-        raise ValueError(f"value {number!r} is not a number") from None
+    number, stamp = parts
+    if not _NUMBER.match(number):
+        raise ValueError(f"value {number!r} is not a number")
+    value = float(number)
     if not math.isfinite(value):
         raise ValueError(f"value {number!r} is not finite")
-    if not 0 <= value <= 100:
-        raise ValueError(f"value {value} is outside 0..100 percent")
-    return value, _parse_timestamp(stamp.strip())
+    if value < 0:
+        raise ValueError(f"value {value} is negative")
+    return value, _stamp_seconds(stamp)
 
 
-def _parse_timestamp(stamp: str) -> datetime:
-    match = _RFC3339.match(stamp)
+# One annotator sync writes the same time on every node: parsing each distinct time once keeps a
+# request over thousands of nodes from parsing the same string thousands of times.
+@functools.lru_cache(maxsize=4096)
+def _stamp_seconds(stamp: str) -> float:
+    match = _STAMP.match(stamp)
     if not match:
-        raise ValueError(f"timestamp {stamp!r} is not RFC 3339 with a zone (such as 2026-11-22T10:00:00Z)")
-    date, clock, fraction, zone = match.groups()
-    micro = (fraction or "")[:6].ljust(6, "0")
-    zone = "+00:00" if zone in ("Z", "z") else zone
-    try:
-        return datetime.fromisoformat(f"{date}T{clock}.{micro}{zone}")
+        raise ValueError(f"timestamp {stamp!r} is not of the form 2026-11-22T10:00:00Z")
+    clock, fraction = match.groups()
+    try:  # the regex fixed the form; fromisoformat checks the date
+        taken = datetime.fromisoformat(clock).replace(tzinfo=UTC).timestamp()
     except ValueError as error:
         raise ValueError(f"timestamp {stamp!r}: {error}") from None
+    return taken + int(fraction[:6].ljust(6, "0")) / 1e6 if fraction else taken
 
 
-def fresh_values(annotations: dict[str, str], policy: LoadPolicy, now: datetime) -> dict[str, float]:
-    """Metric -> usage fraction for every synced metric with a valid, fresh annotation; the rest is missing.
+def parse_timestamp(stamp: str) -> float:
+    """Epoch seconds of a time in crane's layout, `2026-11-22T10:00:00Z` (Z as UTC)."""
+    return _stamp_seconds(stamp)
 
-    Fresh means read no longer than its sync period + 300 s ago, and no more than 300 s in the
-    future: a clock far ahead (such as crane's local time written with a literal Z) would
-    otherwise keep a value alive for hours.
+
+def fresh(taken: float, validity: float, now: float) -> bool:
+    """crane's inActivePeriod (now before taken + validity), and not more than 5 minutes ahead.
+
+    Times in epoch seconds. The second condition is ours: a stamp hours ahead (crane's local
+    time behind a literal Z, east of UTC) would otherwise keep a value alive for hours.
     """
+    return taken - now <= VALIDITY_GRACE and now < taken + validity
+
+
+def fresh_values(annotations: Mapping[str, str], policy: LoadPolicy, now: datetime | float) -> dict[str, float]:
+    """Metric -> usage fraction for every synced metric with a valid, fresh annotation; the rest is missing."""
+    moment = now.timestamp() if isinstance(now, datetime) else now
     values: dict[str, float] = {}
     for metric, period in policy.sync.items():
         text = annotations.get(metric)
         if text is None:
             continue
         try:
-            percent, taken = parse_value(text)
+            usage, taken = _read(text)
         except ValueError:
             continue
-        age = (now - taken).total_seconds()
-        if -VALIDITY_GRACE <= age <= period + VALIDITY_GRACE:
-            values[metric] = percent / 100.0
+        if fresh(taken, period + VALIDITY_GRACE, moment):
+            values[metric] = usage
     return values
+
+
+def annotation_keys(policy: LoadPolicy) -> tuple[str, ...]:
+    """The annotation keys this mode writes, so they can be removed when it is turned off."""
+    return (*sorted(policy.sync), HOT_VALUE_KEY)

@@ -1,18 +1,21 @@
-"""The node annotator: each node's load values written into its annotations, crane-style.
+"""The node annotator: each node's load values written into its annotations, as crane's annotator does.
 
-Every metric of the load policy's syncPolicy is queried from Prometheus on its own period and
-written as `<metric>: "<percent>,<UTC time>"`; the keys written are listed in MANAGED_KEY so
-that turning the mode off removes exactly them. Only the leader annotates.
+Every metric of the load policy's syncPolicy is queried from Prometheus (percent, the recording
+rules') on its own period and written as `<metric>: "<fraction, 5 decimals>,<UTC time>Z"`, with
+the node's hot value as `node_hot_value: "<points>,<UTC time>Z"`, so crane's scheduler can read
+them too. The keys written are listed in MANAGED_KEY so that turning the mode off removes
+exactly them. Only the leader annotates.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 
-from tas_extender.load.annotations import format_value
+from tas_extender.load.annotations import HOT_VALUE_KEY, format_hot_value, format_value
 from tas_extender.load.policy import LoadPolicy
 from tas_extender.sources import MetricSource
 
@@ -21,22 +24,25 @@ log = logging.getLogger(__name__)
 MANAGED_KEY = "telemetry.intel.com/load-annotations"
 
 Nodes = Callable[[], Mapping[str, Mapping[str, str]]]  # node name -> its annotations
+HotValue = Callable[[str], int]  # node name -> its hot points now
 
 
 def cleanup_patches(nodes: Mapping[str, Mapping[str, str]]) -> dict[str, dict]:
     """node -> the patch that removes every load annotation this mode wrote there."""
     patches = {}
-    for node, annotations in nodes.items():
-        keys = [k for k in annotations.get(MANAGED_KEY, "").split(",") if k]
-        if MANAGED_KEY in annotations:
+    for node, present in nodes.items():
+        keys = [k for k in present.get(MANAGED_KEY, "").split(",") if k]
+        if MANAGED_KEY in present:
             patches[node] = {"metadata": {"annotations": {**{k: None for k in keys}, MANAGED_KEY: None}}}
     return patches
 
 
 class Annotator:
     def __init__(self, policy: LoadPolicy, source: MetricSource, nodes: Nodes,
-                 patch: Callable[[str, dict], None], clock: Callable[[], float] = time.time):
+                 patch: Callable[[str, dict], object], clock: Callable[[], float] = time.time,
+                 hot_value: HotValue | None = None):
         self.policy, self.source, self.nodes, self.patch, self.clock = policy, source, nodes, patch, clock
+        self.hot_value = hot_value
         self._next: dict[str, float] = dict.fromkeys(policy.sync, 0.0)  # metric -> when it is due
 
     def sync(self) -> int:
@@ -54,14 +60,19 @@ class Annotator:
             return 0
         for metric in due:
             self._next[metric] = now + self.policy.sync[metric]
-        stamp = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-        managed = ",".join(sorted(self.policy.sync))
+        stamp = datetime.datetime.fromtimestamp(now, datetime.UTC)
+        managed = ",".join([*sorted(self.policy.sync), *([HOT_VALUE_KEY] if self.hot_value else [])])
         sent = 0
-        for node, annotations in self.nodes().items():
-            values = {m: format_value(by_node[node].value, stamp)
-                      for m, by_node in fetched.items() if node in by_node and 0 <= by_node[node].value <= 100}
+        for node in self.nodes():
+            # crane writes 0 for a negative or NaN value, which makes a broken node look idle;
+            # here such a value is not written and the old one ages out.
+            values = {m: format_value(by_node[node].value / 100.0, stamp)
+                      for m, by_node in fetched.items()
+                      if node in by_node and math.isfinite(by_node[node].value) and by_node[node].value >= 0}
             if not values:
                 continue
+            if self.hot_value is not None:
+                values[HOT_VALUE_KEY] = format_hot_value(self.hot_value(node), stamp)
             body = {"metadata": {"annotations": {**values, MANAGED_KEY: managed}}}
             try:
                 self.patch(node, body)

@@ -1,19 +1,35 @@
-"""Load-aware filter and score decisions over plain values; no I/O."""
+"""Load-aware filter and score arithmetic over plain values, after crane's pkg/plugins/dynamic/stats.go."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from tas_extender.load.hotspot import BindingCounter
+from tas_extender.load.annotations import fresh_values
 from tas_extender.load.policy import LoadPolicy
 
-# Points taken off the 0..100 score per hot point, as in crane.
-HOT_PENALTY = 10.0
-# The base score when no priority metric has data: neither favoured nor avoided.
-NEUTRAL_SCORE = 50.0
+# Points taken off the 0..100 score per hot point (crane's plugins.go: score - hotValue*10).
+HOT_PENALTY = 10
+MAX_SCORE = 100  # crane's framework.MaxNodeScore
 MAX_EXTENDER_SCORE = 10
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """What load decisions read at one moment: each node's annotations and its recent bindings."""
+
+    policy: LoadPolicy
+    now: float  # unix seconds
+    annotations: Callable[[str], Mapping[str, str] | None]  # node -> its annotations (None: unknown)
+    bindings: Callable[[str, float], int]  # (node, window s) -> pods bound there in the last window
+
+    def values(self, node: str) -> dict[str, float]:
+        return fresh_values(self.annotations(node) or {}, self.policy, self.now)
+
+    def hot_value(self, node: str) -> int:
+        return hot_value(self.policy, [self.bindings(node, window) for window, _ in self.policy.hot])
 
 
 def _number(value: float, other: float) -> str:
@@ -25,35 +41,46 @@ def _number(value: float, other: float) -> str:
 def overloaded(policy: LoadPolicy, values: Mapping[str, float]) -> str | None:
     """Why a node must not take the pod (a predicate metric strictly above its limit), or None.
 
-    A metric without data never filters: missing load data fails open, as in crane.
+    As crane's isOverLoad: a metric without data never filters, a 0 limit is off.
     """
     reasons = [
         f"{metric} {_number(values[metric], limit)} above {limit:g}"
         for metric, limit in policy.limits.items()
-        if metric in values and values[metric] > limit
+        if limit > 0 and metric in values and values[metric] > limit
     ]
     return f"load: {', '.join(reasons)}" if reasons else None
 
 
-def hot_points(policy: LoadPolicy, counter: BindingCounter, node: str, now: float) -> float:
-    """One point per binding beyond each hot rule's count within its window, summed over the rules."""
-    return float(sum(max(0, counter.count(node, window, now) - count) for window, count in policy.hot))
+def hot_value(policy: LoadPolicy, counts: Sequence[int]) -> int:
+    """Hot points from the bindings counted in each hot rule's window (same order as policy.hot).
 
-
-def load_score(policy: LoadPolicy, values: Mapping[str, float], hot_points: float) -> float:
-    """0..100, higher for more headroom: sum (1 - usage) * w * 100 / sum w, minus 10 per hot point.
-
-    Weights are renormalised over the priority metrics that have data, so a node missing one
-    metric is judged on the others. With no data at all the base is 50 (neutral), so such a node
-    is neither preferred as if idle nor avoided as if full.
+    The seed: a point per rule whose window holds more than `count` bindings. crane's annotator
+    (pkg/controller/annotator/node.go): `bindings // count` per rule, summed.
     """
-    present = {metric: weight for metric, weight in policy.weights.items() if metric in values}
-    total = sum(present.values())
-    if total > 0:
-        base = sum((1.0 - values[metric]) * weight for metric, weight in present.items()) * 100.0 / total
-    else:
-        base = NEUTRAL_SCORE
-    return min(100.0, max(0.0, base - HOT_PENALTY * hot_points))
+    if policy.hot_formula == "seed":
+        return sum(1 for (_, limit), seen in zip(policy.hot, counts, strict=True) if seen > limit)
+    return sum(seen // limit for (_, limit), seen in zip(policy.hot, counts, strict=True))
+
+
+def node_score(policy: LoadPolicy, values: Mapping[str, float]) -> int:
+    """crane's getNodeScore: sum (1 - usage) * w * 100 / sum w, truncated to an integer.
+
+    A priority metric without data adds nothing but keeps its weight (it counts as no headroom);
+    no priority, or weights summing to 0, scores 0 (crane divides 0 by 0 there).
+    """
+    score = weight = 0.0
+    for metric, w in policy.weights.items():
+        if metric in values:
+            score += (1.0 - values[metric]) * w * MAX_SCORE
+        weight += w
+    if not weight > 0:
+        return 0
+    return int(score / weight)
+
+
+def final_score(score: int, hot: int) -> int:
+    """The 0..100 score less 10 per hot point, clamped (crane's Score and NormalizeScore)."""
+    return min(MAX_SCORE, max(0, score - HOT_PENALTY * hot))
 
 
 def _round_half_up(value: float) -> int:
@@ -66,6 +93,21 @@ def extender_score(score_0_100: float) -> int:
     if math.isnan(score_0_100):
         return 0
     return min(MAX_EXTENDER_SCORE, max(0, _round_half_up(score_0_100 / 10.0)))
+
+
+def load_failed(state: LoadState, nodes: Sequence[str]) -> dict[str, str]:
+    """Node -> reason, for the nodes whose load is above a predicate's limit."""
+    return {n: reason for n in nodes if (reason := overloaded(state.policy, state.values(n)))}
+
+
+def crane_scores(state: LoadState, nodes: Sequence[str]) -> list[int]:
+    """crane's 0..100 scores in the order of `nodes`: headroom, minus the hotspot penalty."""
+    return [final_score(node_score(state.policy, state.values(n)), state.hot_value(n)) for n in nodes]
+
+
+def load_scores(state: LoadState, nodes: Sequence[str]) -> list[int]:
+    """The 0..10 extender scores in the order of `nodes`."""
+    return [extender_score(score) for score in crane_scores(state, nodes)]
 
 
 def combine(policy_score: int | None, load_score: int,

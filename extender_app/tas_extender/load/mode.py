@@ -1,17 +1,15 @@
 """The load-aware mode's state: its policy, the nodes' load annotations, recent bindings.
 
-The decisions are the pure functions of `decide`; this object only gathers their inputs
+The decisions are the pure functions of `decide`; this object only hands them their inputs
 (annotations as the node watch sees them, bindings as the pod watch sees them) at call time.
 """
 
 from __future__ import annotations
 
-import datetime
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from tas_extender.load.annotations import fresh_values
-from tas_extender.load.decide import extender_score, hot_points, load_score, overloaded
+from tas_extender.load.decide import LoadState
 from tas_extender.load.hotspot import BindingCounter
 from tas_extender.load.policy import LoadPolicy
 
@@ -26,20 +24,14 @@ class LoadAware:
         self.bindings = BindingCounter(policy.longest_hot_window)
         self._bound: dict[str, str] = {}  # pod uid -> node, for pods seen bound
 
-    def values(self, node: str, now: float) -> dict[str, float]:
-        moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-        return fresh_values(dict(self.annotations(node) or {}), self.policy, moment)
+    def state(self) -> LoadState:
+        """The inputs of a load decision, now."""
+        now, counter = self.clock(), self.bindings
+        return LoadState(self.policy, now, self.annotations, lambda node, window: counter.count(node, window, now))
 
-    def failed(self, nodes: Sequence[str]) -> dict[str, str]:
-        """Node -> reason, for the nodes whose load is above a predicate's limit."""
-        now = self.clock()
-        return {n: reason for n in nodes if (reason := overloaded(self.policy, self.values(n, now)))}
-
-    def scores(self, nodes: Sequence[str]) -> list[int]:
-        """0..10 in the order of `nodes`: headroom, minus the hotspot penalty."""
-        now = self.clock()
-        return [extender_score(load_score(self.policy, self.values(n, now),
-                                          hot_points(self.policy, self.bindings, n, now))) for n in nodes]
+    def hot_value(self, node: str) -> int:
+        """The node's hot points now (what the annotator writes as node_hot_value)."""
+        return self.state().hot_value(node)
 
     def on_pod(self, uid: str, node: str | None, initial: bool = False) -> None:
         """A pod as the watch shows it: its first appearance on a node counts as a binding.

@@ -1,47 +1,30 @@
-"""crane's DynamicSchedulerPolicy: parsing, validation and the defaults of the seed document."""
+"""crane's DynamicSchedulerPolicy: parsing, validation, the seed's defaults, and warnings.
+
+A policy file means what it means to crane (pkg/plugins/apis/policy, pkg/plugins/dynamic): a
+missing section is empty, `maxLimitPecent: 0` switches a predicate off, a metric missing from
+`syncPolicy` never has data. Only a document without `spec` (what the collection writes when no
+policy is given) takes the seed's defaults.
+"""
 
 from __future__ import annotations
 
 import math
 import pathlib
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tas_extender.duration import parse_duration
 from tas_extender.policy import METRIC_NAME, PolicyError
 
 API_VERSION = "scheduler.policy.crane.io/v1alpha1"
 KIND = "DynamicSchedulerPolicy"
 
-# Go's time.ParseDuration units, in seconds.
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str) -> float:
-    """A Go duration string (`30s`, `3m`, `1h30m`, `1.5h`) in seconds, as crane's YAML carries it."""
-    if not isinstance(text, str):
-        raise ValueError(f"must be a duration string such as 3m, got {text!r}")
-    body = text.strip()
-    if body.startswith("+"):
-        body = body[1:]
-    if body.startswith("-"):
-        raise ValueError(f"{text!r} is negative; a duration must be positive")
-    if body == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(body):
-        match = _DURATION_PART.match(body, pos)
-        if not match:
-            raise ValueError(f"{text!r} is not a duration such as 30s, 3m, 1h or 1h30m")
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0:
-        raise ValueError(f"{text!r} is not a duration such as 30s, 3m, 1h or 1h30m")
-    return total
+# How hot points are counted: the seed's "a point when more than `count` pods landed in the
+# window", or crane's annotator (`bindings // count` per rule, pkg/controller/annotator/node.go).
+HotFormula = Literal["seed", "crane"]
 
 
 def _positive_duration(value: Any) -> float:
@@ -52,7 +35,10 @@ def _positive_duration(value: Any) -> float:
 
 
 class SyncRule(BaseModel):
-    """How often node-annotator refreshes one metric; its annotation is valid for period + 5 min."""
+    """How often node-annotator refreshes one metric; its annotation is valid for period + 5 min.
+
+    A 0 period is refused: crane's annotator panics on it (time.NewTicker).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,13 +52,13 @@ class SyncRule(BaseModel):
 
 
 class PredicateRule(BaseModel):
-    """A node whose usage fraction of this metric exceeds the limit takes no new pods."""
+    """A node whose usage fraction of this metric exceeds the limit takes no new pods; 0 is off."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, pattern=METRIC_NAME)
-    # crane's spelling, kept so its policy files load unchanged.
-    maxLimitPecent: float = Field(gt=0, le=1, strict=True, allow_inf_nan=False)
+    # crane's spelling, kept so its policy files load unchanged. A fraction; usage can pass 1.
+    maxLimitPecent: float = Field(ge=0, strict=True, allow_inf_nan=False)
 
 
 class PriorityRule(BaseModel):
@@ -85,7 +71,7 @@ class PriorityRule(BaseModel):
 
 
 class HotValueRule(BaseModel):
-    """More than `count` bindings to a node within `timeRange` costs it points."""
+    """Bindings to a node within `timeRange` cost it points; crane's annotator divides by `count`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -99,7 +85,7 @@ class HotValueRule(BaseModel):
 
 
 class DynamicSchedulerSpec(BaseModel):
-    """A missing section is None here and takes its default later."""
+    """A missing section is empty, as in crane."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -114,20 +100,24 @@ class DynamicSchedulerPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    apiVersion: str = API_VERSION
-    kind: str = KIND
+    apiVersion: str
+    kind: str
     metadata: dict[str, Any] | None = None
     spec: DynamicSchedulerSpec | None = None
 
 
 @dataclass(frozen=True)
 class LoadPolicy:
-    """A validated policy: metric -> sync period (s), max fraction, weight; hot (window s, count) rules."""
+    """A validated policy: metric -> sync period (s), max fraction (0: off), weight; hot (window s, count) rules.
+
+    Dicts keep the file's order: crane sums the weighted scores in that order.
+    """
 
     sync: dict[str, float]
     limits: dict[str, float]
     weights: dict[str, float]
     hot: list[tuple[float, int]]
+    hot_formula: HotFormula = "crane"
 
     @property
     def longest_hot_window(self) -> float:
@@ -159,6 +149,7 @@ DEFAULT_POLICY = LoadPolicy(
         "mem_usage_max_avg_1d": 0.5,
     },
     hot=[(300.0, 5), (60.0, 2)],
+    hot_formula="seed",
 )
 
 
@@ -179,7 +170,10 @@ def _unique(section: str, names: list[Any]) -> None:
 
 
 def parse_load_policy(document: dict | None) -> LoadPolicy:
-    """A DynamicSchedulerPolicy document to a LoadPolicy; None, {} or a missing section take the defaults."""
+    """A DynamicSchedulerPolicy document to a LoadPolicy, with crane's meaning.
+
+    None, or a document without `spec`, gives the seed's defaults (crane would apply nothing).
+    """
     if document is None:
         return DEFAULT_POLICY
     if not isinstance(document, dict):
@@ -194,43 +188,55 @@ def parse_load_policy(document: dict | None) -> LoadPolicy:
         raise PolicyError("apiVersion", f"expected {API_VERSION}, got {parsed.apiVersion!r}")
     if parsed.kind != KIND:
         raise PolicyError("kind", f"expected {KIND}, got {parsed.kind!r}")
-    spec = parsed.spec or DynamicSchedulerSpec()
+    if parsed.spec is None:
+        return DEFAULT_POLICY
+    spec = parsed.spec
+    sync_rules, predicates = spec.syncPolicy or [], spec.predicate or []
+    priorities, hot_rules = spec.priority or [], spec.hotValue or []
+    # Duplicates are refused: crane would use the first period but count a priority twice.
+    _unique("syncPolicy", [rule.name for rule in sync_rules])
+    _unique("predicate", [rule.name for rule in predicates])
+    _unique("priority", [rule.name for rule in priorities])
+    _unique("hotValue", [rule.timeRange for rule in hot_rules])
+    return LoadPolicy(sync={rule.name: rule.period for rule in sync_rules},
+                      limits={rule.name: rule.maxLimitPecent for rule in predicates},
+                      weights={rule.name: rule.weight for rule in priorities},
+                      hot=[(rule.timeRange, rule.count) for rule in hot_rules],
+                      hot_formula="crane")
 
-    if spec.syncPolicy is None:
-        sync = dict(DEFAULT_POLICY.sync)
-    else:
-        _unique("syncPolicy", [rule.name for rule in spec.syncPolicy])
-        sync = {rule.name: rule.period for rule in spec.syncPolicy}
 
-    if spec.predicate is None:
-        limits, limits_default = dict(DEFAULT_POLICY.limits), True
-    else:
-        _unique("predicate", [rule.name for rule in spec.predicate])
-        limits, limits_default = {rule.name: rule.maxLimitPecent for rule in spec.predicate}, False
+def policy_warnings(policy: LoadPolicy) -> list[str]:
+    """What in a valid policy does something its author may not expect, or differs from crane."""
+    warnings = []
+    for i, (name, limit) in enumerate(policy.limits.items()):
+        field = f"spec.predicate[{i}]"
+        if name not in policy.sync:
+            warnings.append(f"{field}: {name} is not in spec.syncPolicy: it has no data and never filters")
+        elif limit == 0:
+            warnings.append(f"{field}: maxLimitPecent 0 switches the {name} predicate off (as in crane)")
+        elif limit > 1:
+            warnings.append(f"{field}: maxLimitPecent {limit:g} is a fraction, not a percent: "
+                            f"it filters only a node above {limit * 100:g} % {name}")
+    for i, name in enumerate(policy.weights):
+        if name not in policy.sync:
+            warnings.append(f"spec.priority[{i}]: {name} is not in spec.syncPolicy: every node scores it as "
+                            "no headroom (its weight stays in the sum, as in crane)")
+    if not policy.weights:
+        warnings.append("spec.priority: empty: every node scores 0 (as in crane), so load orders nothing")
+    elif not any(weight > 0 for weight in policy.weights.values()):
+        warnings.append("spec.priority: no weight above 0: every node scores 0 (crane divides 0 by 0 here, "
+                        "and a node with a hot value then wraps round to the top score; here it stays 0)")
+    if not policy.sync:
+        warnings.append("spec.syncPolicy: empty: no metric is annotated, nothing filters and every node scores 0")
+    return warnings
 
-    if spec.priority is None:
-        weights, weights_default = dict(DEFAULT_POLICY.weights), True
-    else:
-        _unique("priority", [rule.name for rule in spec.priority])
-        weights, weights_default = {rule.name: rule.weight for rule in spec.priority}, False
 
-    if spec.hotValue is None:
-        hot = list(DEFAULT_POLICY.hot)
-    else:
-        _unique("hotValue", [rule.timeRange for rule in spec.hotValue])
-        hot = [(rule.timeRange, rule.count) for rule in spec.hotValue]
-
-    # A metric that is never synced has no annotation: its rule would silently never apply.
-    for section, names, is_default in (("predicate", limits, limits_default),
-                                       ("priority", weights, weights_default)):
-        for i, name in enumerate(names):
-            if name not in sync:
-                origin = " (from the default section, used because it is omitted)" if is_default else ""
-                raise PolicyError(f"spec.{section}[{i}].name",
-                                  f"{name!r}{origin} is not in spec.syncPolicy, so it would never have data")
-    if not any(weight > 0 for weight in weights.values()):
-        raise PolicyError("spec.priority", "at least one weight must be greater than 0")
-    return LoadPolicy(sync=sync, limits=limits, weights=weights, hot=hot)
+def describe(policy: LoadPolicy) -> str:
+    """One line of what the policy does, for check-load-policy."""
+    formula = ("the seed's: a point per rule with more than `count` bindings in its window"
+               if policy.hot_formula == "seed" else "crane's: bindings in the window // count, per rule")
+    limits = {name: limit for name, limit in policy.limits.items() if limit > 0 and name in policy.sync}
+    return f"filter above {limits}, weights {policy.weights}, hot {policy.hot} ({formula})"
 
 
 def load_policy_file(path: str | pathlib.Path) -> LoadPolicy:

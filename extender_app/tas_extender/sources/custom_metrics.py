@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import orjson
-
+from kubernetes.client import ApiClient
 from kubernetes.utils import parse_quantity
 
 from tas_extender.metrics import Sample
@@ -58,21 +58,21 @@ def parse_metric_value_list(body: dict, now: float, metric: str = "the metric") 
 class CustomMetricsSource:
     name = "custom-metrics"
 
-    def __init__(self, api_client):
+    def __init__(self, api_client: ApiClient):
         self.api = api_client
 
     def _get(self, path: str) -> dict:
         method, url, headers, body, _ = self.api.param_serialize("GET", path, auth_settings=["BearerToken"])
         response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=10)
-        response.read()
+        data = response.read()
         if response.status != 200:
             raise RuntimeError(f"GET {path}: HTTP {response.status}")
-        return orjson.loads(response.data)
+        return orjson.loads(data)
 
     def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:
         now = time.time()
         out: dict[str, dict[str, Sample]] = {}
-        errors = []
+        errors: list[str] = []
         for metric in sorted(metrics):
             try:
                 out[metric] = parse_metric_value_list(self._get(PATH.format(metric=metric)), now, metric)
@@ -80,6 +80,6 @@ class CustomMetricsSource:
                 errors.append(f"{metric}: {error}")
         if errors and not out:
             raise RuntimeError("; ".join(errors))
-        for error in errors:
-            log.warning("custom metrics API: %s", error)
+        for problem in errors:
+            log.warning("custom metrics API: %s", problem)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -12,6 +13,14 @@ from tas_extender.metrics import Sample
 from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)
+_PROMETHEUS_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def _query(name: str) -> str:
+    """The instant query for one metric by node. A name PromQL cannot write bare (TAS allows
+    dashes and leading digits) goes in a __name__ matcher; rules only allow [A-Za-z0-9_:-]."""
+    selector = f'{name}{{node!=""}}' if _PROMETHEUS_NAME.match(name) else f'{{__name__="{name}",node!=""}}'
+    return f"max by (node) ({selector})"
 
 
 def _samples(metric: str, result: object) -> Iterator[tuple[str, Sample]]:
@@ -44,8 +53,7 @@ class PrometheusSource:
         out: dict[str, dict[str, Sample]] = {}
         for metric in sorted(metrics):
             # Policies name the metric as the adapter serves it (health_metric for node_health_metric).
-            query = f'max by (node) ({self.prefix}{metric}{{node!=""}})'
-            response = self.client.get("/api/v1/query", params={"query": query})
+            response = self.client.get("/api/v1/query", params={"query": _query(self.prefix + metric)})
             response.raise_for_status()
             data = response.json().get("data")
             out[metric] = one_per_node(metric, _samples(metric, data.get("result") if isinstance(data, dict) else None))

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tas_extender.cli import duration
+from tas_extender.duration import parse_duration
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -49,10 +50,11 @@ def test_evaluate_labels_of_the_four_strategy_policy(tmp_path):
 
 def test_evaluate_refuses_an_invalid_policy_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: TASPolicy\nmetadata: {name: x}\nspec: {strategies: {dontschedule: {rules: []}}}\n")
+    bad.write_text("kind: TASPolicy\nmetadata: {name: x}\nspec: {strategies: {dontschedule: {rules: [\n"
+                   "  {metricname: health_metric, operator: Above}]}}}\n")
     result = run("evaluate", "--policy-file", str(bad), "--metrics-file", str(FIXTURES / "health.prom"))
     assert result.returncode == 1
-    assert "spec.strategies.dontschedule.rules" in result.stderr
+    assert "spec.strategies.dontschedule.rules[0].operator" in result.stderr
 
 
 def test_crd_prints_a_custom_resource_definition():
@@ -67,13 +69,31 @@ def test_serve_without_certificates_refuses_to_start():
     assert "--cert, --key and --cacert are required" in result.stderr
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("5s", 5), ("1m30s", 90), ("500ms", 0.5), ("2", 2), ("1h", 3600)])
-def test_durations_accept_go_style_and_plain_seconds(text, seconds):
+# One Go-duration parser serves the flags and the load policy's periods (Go's time.ParseDuration).
+GO_DURATIONS = [("30s", 30), ("3m", 180), ("1h", 3600), ("1h30m", 5400), ("1.5h", 5400), ("300ms", 0.3),
+                ("2h45m30s", 9930), (".5s", 0.5), ("1.s", 1), ("1500us", 0.0015), ("0", 0), ("-1m", -60),
+                ("+5s", 5)]
+
+
+@pytest.mark.parametrize(("text", "seconds"), GO_DURATIONS)
+def test_go_durations_parse_to_seconds(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "1d", "5x", "m", "1m 30s", " 5s", "--1s", ".s", 180])
+def test_what_go_refuses_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("5s", 5), ("1m30s", 90), ("500ms", 0.5), ("2", 2), ("1h", 3600),
+                                               (" 5s ", 5)])
+def test_flag_durations_accept_go_style_and_plain_seconds(text, seconds):
     assert duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "-1", "0", "5x"])
-def test_bad_durations_are_refused(text):
+@pytest.mark.parametrize("text", ["soon", "-1", "0", "5x", "0s", "-1m", "inf", "nan"])
+def test_bad_flag_durations_are_refused(text):
     import argparse
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
+from conftest import AsgiClient
 from tas_extender.api import create_app
 from tas_extender.load.annotations import format_value
 from tas_extender.load.mode import LoadAware
 from tas_extender.load.policy import DEFAULT_POLICY
 from tas_extender.telemetry import Telemetry
-
-from conftest import AsgiClient
 
 NOW = 1_800_000_000.0
 NODES = ["node-1", "node-2", "node-3"]
@@ -20,8 +18,8 @@ NODES = ["node-1", "node-2", "node-3"]
 
 def annotations_for(cpu_percent: dict[str, float], age: float = 0.0) -> dict[str, dict[str, str]]:
     """Every policy metric of each node at that CPU percentage (memory at 10 %)."""
-    stamp = datetime.datetime.fromtimestamp(NOW - age, datetime.timezone.utc)
-    return {node: {metric: format_value(cpu if metric.startswith("cpu") else 10.0, stamp)
+    stamp = datetime.datetime.fromtimestamp(NOW - age, datetime.UTC)
+    return {node: {metric: format_value((cpu if metric.startswith("cpu") else 10.0) / 100, stamp)
                    for metric in DEFAULT_POLICY.sync} for node, cpu in cpu_percent.items()}
 
 
@@ -33,7 +31,7 @@ def mode() -> LoadAware:
 
 @pytest.fixture
 def load_client(engine, mode) -> AsgiClient:
-    return AsgiClient(create_app(engine, Telemetry(), max_body_bytes=1 << 20, readiness=lambda: [], load=mode))
+    return AsgiClient(create_app(engine, Telemetry(), max_body_bytes=1 << 20, readiness=list, load=mode))
 
 
 def call(client: AsgiClient, verb: str, metadata: dict) -> object:
@@ -74,7 +72,7 @@ def test_a_pod_with_a_policy_gets_the_policy_filter_first_then_the_load_filter(l
 
 def test_stale_annotations_count_as_missing_and_fail_open(engine):
     stale = annotations_for({"node-1": 90.0, "node-2": 40.0, "node-3": 10.0}, age=max(DEFAULT_POLICY.sync.values()) + 301)
-    client = AsgiClient(create_app(engine, Telemetry(), 1 << 20, lambda: [],
+    client = AsgiClient(create_app(engine, Telemetry(), 1 << 20, list,
                                    load=LoadAware(DEFAULT_POLICY, stale.get, clock=lambda: NOW)))
     assert "node-1" not in call(client, "filter", PLAIN_POD)["FailedNodes"]
 
@@ -115,22 +113,26 @@ class FakeSource:
         return {m: {n: Sample(v, NOW) for n, v in self.table.get(m, {}).items()} for m in metrics}
 
 
-def test_the_annotator_writes_each_metric_on_its_own_period_and_lists_what_it_wrote():
-    from tas_extender.load.annotations import parse_value
+def test_the_annotator_writes_cranes_format_on_each_metrics_own_period_and_lists_what_it_wrote():
     from tas_extender.load.annotator import MANAGED_KEY, Annotator
 
     clock = [NOW]
-    source = FakeSource({"cpu_usage_avg_5m": {"node-1": 42.5}, "mem_usage_avg_5m": {"node-1": 200.0}})
+    source = FakeSource({"cpu_usage_avg_5m": {"node-1": 42.5, "node-2": float("nan")},
+                         "mem_usage_avg_5m": {"node-1": 200.0, "node-2": -3.0}})
     patches = []
     annotator = Annotator(DEFAULT_POLICY, source, lambda: {"node-1": {}, "node-2": {}},
-                          lambda node, body: patches.append((node, body)), clock=lambda: clock[0])
-    assert annotator.sync() == 1  # node-2 has no values: no patch
+                          lambda node, body: patches.append((node, body)), clock=lambda: clock[0],
+                          hot_value={"node-1": 2, "node-2": 0}.get)
+    assert annotator.sync() == 1  # node-2 has only NaN and a negative value: no patch
     node, body = patches[0]
     written = body["metadata"]["annotations"]
-    assert node == "node-1" and parse_value(written["cpu_usage_avg_5m"])[0] == 42.5
-    assert parse_value(written["cpu_usage_avg_5m"])[1].timestamp() == NOW
-    assert "mem_usage_avg_5m" not in written, "a value above 100 % is garbage, not load"
-    assert written[MANAGED_KEY].split(",") == sorted(DEFAULT_POLICY.sync)
+    stamp = datetime.datetime.fromtimestamp(NOW, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # crane's annotator queries `<metric> / 100` and writes it with five decimals (pkg/controller/prometheus).
+    assert node == "node-1" and written["cpu_usage_avg_5m"] == f"0.42500,{stamp}"
+    assert written["mem_usage_avg_5m"] == f"2.00000,{stamp}", "crane writes usage above 100 % as it is"
+    # ... and the hot value beside the load (pkg/controller/annotator/node.go).
+    assert written["node_hot_value"] == f"2,{stamp}"
+    assert written[MANAGED_KEY].split(",") == [*sorted(DEFAULT_POLICY.sync), "node_hot_value"]
     assert len(source.asked[0]) == len(DEFAULT_POLICY.sync)
 
     clock[0] = NOW + 180  # the avg_5m metrics (3 min) are due again, the 1 h and 1 d ones are not
@@ -145,3 +147,57 @@ def test_turning_the_mode_off_removes_exactly_the_annotations_it_wrote():
              "node-2": {"other": "kept"}}
     assert cleanup_patches(nodes) == {
         "node-1": {"metadata": {"annotations": {"cpu_usage_avg_5m": None, MANAGED_KEY: None}}}}
+
+
+def test_evaluate_answers_offline_what_the_app_answers(engine, tmp_path):
+    """The same decision code behind both: crane's policy file, annotated nodes, a hot node."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import FIXTURES
+    from tas_extender.load.policy import load_policy_file
+
+    policy_path = tmp_path / "policy.yaml"
+    policy_path.write_text(yaml.safe_dump({
+        "apiVersion": "scheduler.policy.crane.io/v1alpha1", "kind": "DynamicSchedulerPolicy",
+        "spec": {"syncPolicy": [{"name": m, "period": "3m"} for m in DEFAULT_POLICY.sync],
+                 "predicate": [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0.65}],
+                 "priority": [{"name": m, "weight": w} for m, w in DEFAULT_POLICY.weights.items()],
+                 "hotValue": [{"timeRange": "1m", "count": 2}]}}))
+    table = annotations_for({"node-1": 90.0, "node-2": 40.0, "node-3": 30.0})
+    nodes_path = tmp_path / "nodes.json"
+    nodes_path.write_text(json.dumps({"kind": "NodeList", "items": [
+        {"metadata": {"name": n, "annotations": a}} for n, a in table.items()]}))
+    bindings_path = tmp_path / "bindings.yaml"
+    bindings_path.write_text("node-3: [5, 10]\n")  # two pods in the last minute: one crane hot point
+
+    mode = LoadAware(load_policy_file(policy_path), table.get, clock=lambda: NOW)
+    mode.on_pod("a", "node-3")
+    mode.on_pod("b", "node-3")
+    app = AsgiClient(create_app(engine, Telemetry(), 1 << 20, list, load=mode, load_weight=2.0))
+    demo = {"name": "demo", "namespace": "health-metric-demo", "labels": {"telemetry-policy": "demo-policy"}}
+
+    stamp = datetime.datetime.fromtimestamp(NOW, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result = subprocess.run(
+        [sys.executable, "-m", "tas_extender.cli", "evaluate", "--policy-file",
+         str(FIXTURES / "policies" / "demo-policy.yaml"), "--metrics-file", str(FIXTURES / "health.prom"),
+         "--load-policy", str(policy_path), "--nodes", str(nodes_path), "--bindings", str(bindings_path),
+         "--now", stamp, "--load-weight", "2"], check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    offline = json.loads(result.stdout)
+
+    def answers(pod: dict) -> tuple[dict, dict]:
+        failed = call(app, "filter", pod)["FailedNodes"]
+        scores = {s["Host"]: s["Score"] for s in call(app, "prioritize", pod)}
+        return {n: {"passed": n not in failed, "reason": failed.get(n, "")} for n in NODES}, scores
+
+    load = offline["load"]
+    assert (load["filter"], load["scores"]) == answers(PLAIN_POD)
+    assert not load["filter"]["node-1"]["passed"]
+    assert load["hot_values"] == {"node-1": 0, "node-2": 0, "node-3": 1}
+    # node-3: (70 + 90) / 2 = 80, less 10 for its hot point; node-2: (60 + 90) / 2 = 75.
+    assert load["crane_scores"] == {"node-1": 50, "node-2": 75, "node-3": 70}
+    request = offline["policies"]["health-metric-demo/demo-policy"]["request"]
+    assert (request["filter"], request["scores"]) == answers(demo)

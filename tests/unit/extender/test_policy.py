@@ -37,8 +37,7 @@ RULE = {"metricname": "health_metric", "operator": "Equals", "target": 1}
 @pytest.mark.parametrize(
     ("strategies", "field", "reason"),
     [
-        ({}, "spec.strategies", "at least one strategy"),
-        ({"dontschedule": {"rules": []}}, "spec.strategies.dontschedule.rules", "at least 1 item"),
+        ({"dontschedule": {}}, "spec.strategies.dontschedule.rules", "Field required"),
         ({"dontschedule": {"rules": [{**RULE, "operator": "Above"}]}},
          "spec.strategies.dontschedule.rules[0].operator", "LessThan"),
         ({"dontschedule": {"rules": [{**RULE, "metricname": "bad name"}]}},
@@ -47,13 +46,12 @@ RULE = {"metricname": "health_metric", "operator": "Equals", "target": 1}
          "spec.strategies.dontschedule.rules[0].target", "integer"),
         ({"dontschedule": {"rules": [RULE], "logicalOperator": "oneOf"}},
          "spec.strategies.dontschedule.logicalOperator", "anyOf"),
-        ({"labeling": {"rules": [{**RULE, "labels": ["novalue"]}]}},
-         "spec.strategies.labeling.rules[0].labels[0]", "pattern"),
-        ({"labeling": {"rules": [{**RULE, "labels": ["bad key=x"]}]}},
-         "spec.strategies.labeling.rules[0].labels", "not a valid label name"),
-        ({"labeling": {"rules": [RULE]}},
-         "spec.strategies.labeling.rules[0].labels", "at least one key=value label"),
-        ({"sometimes": {"rules": [RULE]}}, "spec.strategies.sometimes", "Extra inputs"),
+        ({"dontschedule": {"rules": [{**RULE, "metricname": "cpu.load"}]}},
+         "spec.strategies.dontschedule.rules[0].metricname", "pattern"),
+        ({"dontschedule": {"rules": [{**RULE, "metricname": "nodes/cpu"}]}},
+         "spec.strategies.dontschedule.rules[0].metricname", "pattern"),
+        ({"dontschedule": {"rules": [{**RULE, "unit": "%"}]}},
+         "spec.strategies.dontschedule.rules[0].unit", "Extra inputs"),
     ],
 )
 def test_invalid_policy_is_rejected_naming_field_and_reason(strategies, field, reason):
@@ -84,9 +82,14 @@ def test_crd_is_generated_from_the_model_with_status_and_printer_columns():
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     assert {c["name"] for c in version["additionalPrinterColumns"]} >= {"Valid", "Violating", "Age"}
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    rule = spec["properties"]["strategies"]["properties"]["dontschedule"]["properties"]["rules"]["items"]
+    # strategies is a map of strategy name to strategy, as in TAS's CRD (deploy/tas-policy-crd.yaml)
+    strategy = spec["properties"]["strategies"]["additionalProperties"]
+    assert "properties" not in spec["properties"]["strategies"]
+    rule = strategy["properties"]["rules"]["items"]
+    assert strategy["required"] == ["rules"]
     assert rule["required"] == ["metricname", "operator"]
     assert rule["properties"]["operator"]["enum"] == ["LessThan", "GreaterThan", "Equals"]
-    assert rule["properties"]["labels"]["items"]["pattern"]
+    assert rule["properties"]["metricname"]["pattern"] == "^[a-zA-Z0-9_:-]*$"
+    assert rule["properties"]["labels"]["items"] == {"type": "string"}
     text = yaml.safe_dump(manifest)
-    assert "$ref" not in text and "anyOf:" not in text and "additionalProperties" not in text
+    assert "$ref" not in text and "anyOf:" not in text and "additionalProperties: false" not in text

@@ -15,8 +15,8 @@ version_added: 0.1.0
 description:
   - Sets metric values in a C(.prom) file of node-exporter's textfile collector directory,
     for example C(node_health_metric 2) for the health-metric demo.
-  - The file is replaced atomically (a temporary file in the same directory, then a rename), so
-    node-exporter never reads half a file.
+  - The file is replaced atomically (a temporary file in the same directory, not named C(*.prom),
+    then a rename), so node-exporter never reads half a file.
   - Lines of other metrics in the file are kept; only the named metrics change.
 options:
   path:
@@ -42,9 +42,21 @@ options:
     type: bool
     default: true
   mode:
-    description: File mode of the metrics file.
-    type: str
+    description:
+      - File mode of the metrics file, octal (C(0644)) or symbolic (C(u=rw,go=r)).
+      - node-exporter reads the file as another user than the one writing it, so it must stay readable.
+    type: raw
     default: "0644"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.files
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 author:
   - Telemetry-aware scheduling maintainers (@tas-maintainers)
 """
@@ -74,6 +86,11 @@ changed_metrics:
   type: list
   elements: str
   returned: always
+path:
+  description: The metrics file.
+  type: str
+  returned: always
+  sample: /tmp/node-metrics/text.prom
 """
 
 import math
@@ -133,8 +150,9 @@ def main():
             metrics=dict(type="dict", required=True),
             state=dict(type="str", default="present", choices=["present", "absent"]),
             overwrite=dict(type="bool", default=True),
-            mode=dict(type="str", default="0644"),
+            mode=dict(type="raw", default="0644"),
         ),
+        add_file_common_args=True,
         supports_check_mode=True,
     )
     params = module.params
@@ -164,20 +182,24 @@ def main():
             existing = handle.read()
     content, changed_metrics = render(existing, metrics, params["state"], params["overwrite"])
     changed = content != existing
+    content_diff = dict(before=existing, after=content, before_header=target, after_header=target)
+    file_args = module.load_file_common_arguments(params, path=target)
+    if changed and not module.check_mode:
+        # The temporary file sits in the same directory (so the rename is atomic) under a name
+        # node-exporter does not read (it reads *.prom only). Its attributes are set first, so a
+        # wrong mode, owner or group fails before anything replaces the live file.
+        handle, temp = tempfile.mkstemp(dir=params["path"], prefix=".node_metric.", suffix=".tmp")
+        module.add_cleanup_file(temp)
+        with os.fdopen(handle, "w") as out:
+            out.write(content)
+        module.set_fs_attributes_if_different(dict(file_args, path=temp), False)
+        module.atomic_move(temp, target, unsafe_writes=params["unsafe_writes"])
+    attributes_diff = {}
+    if os.path.exists(target):
+        changed = module.set_fs_attributes_if_different(file_args, changed, diff=attributes_diff)
     result = dict(changed=changed, content=content, changed_metrics=changed_metrics, path=target)
     if module._diff:
-        result["diff"] = dict(before=existing, after=content, before_header=target, after_header=target)
-    if changed and not module.check_mode:
-        handle, temp = tempfile.mkstemp(dir=params["path"], prefix=".node_metric.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(content)
-            os.chmod(temp, int(params["mode"], 8))
-            os.replace(temp, target)
-        except Exception as error:  # pylint: disable=broad-except
-            if os.path.exists(temp):
-                os.unlink(temp)
-            module.fail_json(msg="writing %s failed: %s" % (target, error))
+        result["diff"] = [content_diff, attributes_diff]
     module.exit_json(**result)
 
 

@@ -1,0 +1,3 @@
+module floorextender
+
+go 1.26

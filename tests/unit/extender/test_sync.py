@@ -1,0 +1,82 @@
+"""The sync loop over real parts: a metrics file, the demo policy, the cache and the engine."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable
+
+from tas_extender.cache import MetricCache
+from tas_extender.cli import load_policy_files
+from tas_extender.engine import Engine
+from tas_extender.sources.textfile import TextfileSource
+from tas_extender.store import PolicyStore
+from tas_extender.sync import SyncLoop
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
+DEADLINE_SECONDS = 20
+
+
+def _loop(metrics: pathlib.Path, period: float = 0.05) -> SyncLoop:
+    store = PolicyStore()
+    store.replace_all(*load_policy_files([str(FIXTURES / "policies" / "demo-policy.yaml")]))
+    cache = MetricCache(TextfileSource(str(metrics)), max_age=60)
+    return SyncLoop(store, cache, Engine(store, cache), period)
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _failed(loop: SyncLoop) -> set[str]:
+    (policy,) = loop.store.policies()
+    return set(loop.engine.failed(policy, ["node-1", "node-2", "node-3"]))
+
+
+def test_one_round_fetches_the_policies_metrics_and_rebuilds_the_decisions(tmp_path):
+    metrics = tmp_path / "metrics.prom"
+    metrics.write_text((FIXTURES / "health.prom").read_text())
+    loop = _loop(metrics)
+    assert not loop.cache.synced
+
+    loop.run_once()
+
+    assert loop.cache.synced
+    assert _failed(loop) == {"node-2", "node-3"}  # health_metric 1 and 2 break the dontschedule rules
+
+
+def test_the_loop_survives_a_failed_round_and_follows_the_source_once_it_is_back(tmp_path):
+    metrics = tmp_path / "metrics.prom"  # not there yet: every round fails until it is written
+    loop = _loop(metrics)
+    loop.start()
+    try:
+        _wait_for(lambda: bool(loop.cache.last_error), "a failed fetch")
+        assert not loop.cache.synced
+
+        metrics.write_text((FIXTURES / "health.prom").read_text())
+        _wait_for(lambda: loop.cache.synced, "the first successful fetch")
+        _wait_for(lambda: _failed(loop) == {"node-2", "node-3"}, "the decisions from the file")
+
+        rewritten = tmp_path / "metrics.new"  # renamed over the old file: a change the source always sees
+        rewritten.write_text('health_metric{node="node-1"} 1\nhealth_metric{node="node-2"} 0\n'
+                             'health_metric{node="node-3"} 0\n')
+        rewritten.replace(metrics)
+        _wait_for(lambda: _failed(loop) == {"node-1"}, "the decisions from the rewritten file")
+    finally:
+        loop.stop()
+    assert loop.join(DEADLINE_SECONDS), "the loop did not end after stop()"
+
+
+def test_a_stopped_loop_ends_even_with_a_long_period(tmp_path):
+    metrics = tmp_path / "metrics.prom"
+    metrics.write_text((FIXTURES / "health.prom").read_text())
+    loop = _loop(metrics, period=3600)
+    loop.start()
+    _wait_for(lambda: loop.cache.synced, "the first round")
+
+    loop.stop()
+
+    assert loop.join(DEADLINE_SECONDS), "stop() did not cut the wait for the next round short"
