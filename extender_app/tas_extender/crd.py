@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, PolicySpec
+from tas_extender.policy import GROUP, INT64_MAX, INT64_MIN, KIND, PLURAL, VERSION, PolicySpec
 
 _DROP = {"title"}
 
@@ -33,6 +33,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
         else:
             out[key] = _structural(value, defs)
+    if out.get("type") == "integer" and (out.get("minimum"), out.get("maximum")) == (INT64_MIN, INT64_MAX):
+        # The API server reads bounds as float64, where int64's limits are not integers; it
+        # refuses such a schema. `format: int64` says the same, as TAS's own CRD does.
+        del out["minimum"], out["maximum"]
+        out["format"] = "int64"
     if "enum" in out and "type" not in out:
         out["type"] = "string"
     if "properties" in out:
