@@ -128,11 +128,17 @@ def create_health_app(engine: Engine, readiness: Callable[[], list[str]]) -> Fas
     return app
 
 
+NOT_DECIDED = ("tas-extender is starting: policies and their metrics are not loaded yet, "
+               "so no decision can be made; retry after one sync period")
+
+
 def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                readiness: Callable[[], list[str]],
                on_shutdown: Callable[[], None] | None = None,
-               load: LoadAware | None = None, load_weight: float = 1.0) -> FastAPI:
-    """The ASGI app; `readiness` returns what is not ready yet (empty when ready).
+               load: LoadAware | None = None, load_weight: float = 1.0,
+               decided: Callable[[], bool] = lambda: True) -> FastAPI:
+    """The ASGI app; `readiness` returns what is not ready yet (empty when ready); `decided`
+    says whether the decisions stand on the policies and their metrics yet (see filter).
 
     `on_shutdown` runs when the server stops (uvicorn re-raises SIGTERM after that, so code
     after the server's run() would never run).
@@ -167,6 +173,12 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
     async def filter_nodes(request: Request) -> Response:
         start = time.perf_counter()
         args = wire.parse(await _read_body(request, max_body_bytes))
+        if not decided():
+            # Just started: a policy's metrics are not fetched yet and every node would pass it
+            # (fail-open). An Error makes the scheduler keep the pod and retry (ignorable: false)
+            # or place it without us (ignorable: true), rather than place it against the policy.
+            return _json({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+                          "Error": NOT_DECIDED})
         policy = engine.policy_for(args.pod)
         failed = decision.filter_nodes(args.pod, args.names, engine.failed(policy, args.names) if policy else {},
                                        load.state() if load is not None else None)

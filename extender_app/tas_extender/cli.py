@@ -341,7 +341,7 @@ def serve(args: argparse.Namespace) -> int:
     readiness = functools.partial(_not_ready, store, cache, source, cluster.controller)
     app = create_app(engine, telemetry, args.max_body_bytes, readiness,
                      on_shutdown=functools.partial(_shutdown, sync, cluster),
-                     load=cluster.load, load_weight=args.load_weight)
+                     load=cluster.load, load_weight=args.load_weight, decided=sync.decided)
     _run_servers(args, app, create_health_app(engine, readiness) if args.health_port else None)
     return 0
 

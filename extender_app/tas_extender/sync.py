@@ -28,13 +28,22 @@ class SyncLoop:
         self.controller, self.annotator, self.load_aware = controller, annotator, load_aware
         self._load_annotations_removed = False
         self._stop = threading.Event()
+        self._decided = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def decided(self) -> bool:
+        """Whether one round has fetched the metrics of the policies listed before it began:
+        until then a policy's metrics are missing and filter would let every node pass."""
+        return self._decided.is_set()
 
     def run_once(self) -> None:
         """Refresh the metric cache and the engine's view; as leader, once the nodes are listed,
         reconcile labels and policy status and write (or, with the mode off, remove) load annotations."""
+        policies_listed = self.store.synced
         self.cache.refresh(self.store.metric_names())
         self.engine.rebuild()
+        if policies_listed:
+            self._decided.set()
         controller = self.controller
         if controller is None or not controller.nodes_synced or not controller.is_leader():
             return

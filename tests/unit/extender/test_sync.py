@@ -80,3 +80,45 @@ def test_a_stopped_loop_ends_even_with_a_long_period(tmp_path):
     loop.stop()
 
     assert loop.join(DEADLINE_SECONDS), "stop() did not cut the wait for the next round short"
+
+
+def test_filter_answers_an_error_until_a_round_has_fetched_the_listed_policies_metrics(tmp_path):
+    """A restarted extender must not let pods through a policy whose metrics it has not fetched
+    yet (they would look missing, and missing fails open): the scheduler gets an Error and retries."""
+    import json
+
+    import asyncio
+
+    import httpx
+
+    from tas_extender.api import NOT_DECIDED, create_app
+    from tas_extender.telemetry import Telemetry
+
+    metrics = tmp_path / "metrics.prom"
+    metrics.write_text((FIXTURES / "health.prom").read_text())
+    store = PolicyStore()  # as in a cluster: empty until the controller has listed the policies
+    cache = MetricCache(TextfileSource(str(metrics)), max_age=60)
+    engine = Engine(store, cache)
+    loop = SyncLoop(store, cache, engine, period=60)
+    app = create_app(engine, Telemetry(), 1024 * 1024, readiness=lambda: [], decided=loop.decided)
+    body = (FIXTURES / "scheduler-requests" / "filter-node-names-k8s1.36.json").read_bytes()
+
+    def filter_answer() -> dict:
+        async def call() -> httpx.Response:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://extender") as client:
+                return await client.post("/scheduler/filter", content=body, headers={"Content-Type": "application/json"})
+        response = asyncio.run(call())
+        assert response.status_code == 200
+        return json.loads(response.content)
+
+    assert filter_answer()["Error"] == NOT_DECIDED
+    loop.run_once()  # a round before the policies are listed decides nothing yet
+    assert filter_answer()["Error"] == NOT_DECIDED
+
+    store.replace_all(*load_policy_files([str(FIXTURES / "policies" / "demo-policy.yaml")]))
+    assert filter_answer()["Error"] == NOT_DECIDED  # listed, but their metrics not fetched
+    loop.run_once()
+
+    answer = filter_answer()
+    assert not answer.get("Error")
+    assert set(answer["FailedNodes"]) == {"node-2", "node-3"}
