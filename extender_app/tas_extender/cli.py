@@ -13,7 +13,7 @@ import socket
 import ssl
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -247,13 +247,15 @@ def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine
 
 
 def _not_ready(store: PolicyStore, cache: MetricCache, source: MetricSource,
-               controller: Controller | None) -> list[str]:
+               controller: Controller | None, decided: Callable[[], bool]) -> list[str]:
     """What /readyz waits for; empty when ready."""
     waiting: list[str] = []
     if not store.synced:
         waiting.append("policies not listed yet")
     if not cache.synced and store.metric_names():
         waiting.append(f"metric source {source.name} not synced: {cache.last_error or 'first fetch pending'}")
+    elif not decided():
+        waiting.append("first sync round since the policies were listed pending (filter answers an Error until then)")
     if controller is not None and not controller.nodes_synced:
         waiting.append("nodes not listed yet")
     return waiting
@@ -338,7 +340,7 @@ def serve(args: argparse.Namespace) -> int:
                     load_aware=load_policy is not None)
     sync.start()
 
-    readiness = functools.partial(_not_ready, store, cache, source, cluster.controller)
+    readiness = functools.partial(_not_ready, store, cache, source, cluster.controller, sync.decided)
     app = create_app(engine, telemetry, args.max_body_bytes, readiness,
                      on_shutdown=functools.partial(_shutdown, sync, cluster),
                      load=cluster.load, load_weight=args.load_weight, decided=sync.decided)
