@@ -3,11 +3,14 @@ benchmarks (`from tests.support import ...`, run from the repository's root)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -85,3 +88,23 @@ def provisioned_extender(api) -> str | None:
     if spec and spec.holder_identity and spec.renew_time and time.time() - spec.renew_time.timestamp() < 60:
         return str(spec.holder_identity)
     return None
+
+
+@contextlib.contextmanager
+def serving_extender(args: list[str], port: int, log_path: pathlib.Path, timeout: float = 30) -> Iterator[str]:
+    """`tas-extender serve --unsafe` on 127.0.0.1:`port` with `args`, its output in `log_path`;
+    yields its base URL once /readyz answers 200, and stops it afterwards."""
+    import httpx
+
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
+             "--host", "127.0.0.1", "--port", str(port), *args],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout, "extender ready")
+            yield base
+        finally:
+            proc.terminate()
+            proc.wait(10)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from support import free_port, provisioned_extender, wait_for
+from support import free_port, provisioned_extender, serving_extender, wait_for
 
 # The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
 
@@ -75,19 +75,9 @@ class Metrics:
 def extender(kubeconfig, crd, tmp_path, namespace):
     port = free_port()
     metrics = Metrics(tmp_path / "metrics.prom", port)
-    log = (tmp_path / "extender.log").open("w")
-    proc = subprocess.Popen(
-        [tas_extender(), "serve", "--unsafe",
-         "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
-         "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "extender ready")
+    with serving_extender(["--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
+                           "--lease-namespace", namespace], port, tmp_path / "extender.log", DEADLINE):
         yield metrics
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:

@@ -13,13 +13,11 @@ import copy
 import datetime
 import json
 import pathlib
-import subprocess
-import sys
 
 import httpx
 import pytest
 from kubernetes import client
-from support import free_port, provisioned_extender, wait_for
+from support import free_port, provisioned_extender, serving_extender, wait_for
 
 NODES = ["node-1", "node-2", "node-3"]
 DEADLINE = 30
@@ -94,22 +92,12 @@ def extender(api_client, kubeconfig, annotated_nodes, tmp_path, namespace):
     metrics = tmp_path / "metrics.prom"
     metrics.write_text("".join(f'health_metric{{node="{n}"}} 0\n' for n in NODES))
     port = free_port()
-    log = (tmp_path / "extender.log").open("w")
-    proc = subprocess.Popen(
-        [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
-         "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
-         "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"), "--metrics-file", str(metrics),
-         "--syncPeriod", "1s", "--lease-namespace", namespace,
-         "--load-aware", "--load-policy", str(policy)],
-        stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, DEADLINE, "extender ready")
+    with serving_extender(["--kubeconfig", kubeconfig,
+                           "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"), "--metrics-file", str(metrics),
+                           "--syncPeriod", "1s", "--lease-namespace", namespace,
+                           "--load-aware", "--load-policy", str(policy)],
+                          port, tmp_path / "extender.log", DEADLINE) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def request(verb: str, plain_pod: bool) -> dict:
