@@ -90,21 +90,33 @@ def provisioned_extender(api) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def serving_extender(args: list[str], port: int, log_path: pathlib.Path, timeout: float = 30) -> Iterator[str]:
-    """`tas-extender serve --unsafe` on 127.0.0.1:`port` with `args`, its output in `log_path`;
-    yields its base URL once /readyz answers 200, and stops it afterwards."""
+def tas_extender_command() -> str:
+    """The `tas-extender` console script installed beside the running Python."""
+    return str(pathlib.Path(sys.executable).with_name("tas-extender"))
+
+
+def start_extender(args: list[str], port: int, log_path: pathlib.Path) -> subprocess.Popen:
+    """`tas-extender serve --unsafe` on 127.0.0.1:`port` with `args`, its output in `log_path`."""
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [tas_extender_command(), "serve", "--unsafe", "--host", "127.0.0.1", "--port", str(port), *args],
+            stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_ready(port: int, timeout: float, message: str = "extender ready") -> None:
+    """Poll the /readyz of the extender `start_extender` started on `port` until it answers 200."""
     import httpx
 
-    base = f"http://127.0.0.1:{port}"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [str(pathlib.Path(sys.executable).with_name("tas-extender")), "serve", "--unsafe",
-             "--host", "127.0.0.1", "--port", str(port), *args],
-            stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, timeout, "extender ready")
-            yield base
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, timeout, message)
+
+
+@contextlib.contextmanager
+def serving_extender(args: list[str], port: int, log_path: pathlib.Path, timeout: float = 30) -> Iterator[str]:
+    """`start_extender`, then yield its base URL once it is ready; stops it afterwards."""
+    proc = start_extender(args, port, log_path)
+    try:
+        wait_ready(port, timeout)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -7,7 +7,6 @@ import ipaddress
 import pathlib
 import ssl
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from support import free_port
+from support import free_port, tas_extender_command
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 STARTUP_SECONDS = 30
@@ -103,10 +102,9 @@ def start_serve(tmp_path: pathlib.Path, args: list[str]) -> Served:
     """`tas-extender serve` with the demo policy and metrics files on a free port of 127.0.0.1."""
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
-    exe = pathlib.Path(sys.executable).with_name("tas-extender")
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(exe), "serve", "--host", "127.0.0.1", "--port", str(port), *args,
+            [tas_extender_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args,
              "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
              "--metrics-file", str(FIXTURES / "health.prom"), "--syncPeriod", "1s"],
             stdout=out, stderr=subprocess.STDOUT)

@@ -6,7 +6,6 @@ import pathlib
 import socket
 import ssl
 import subprocess
-import sys
 import time
 import warnings
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from cryptography import x509
+from support import tas_extender_command
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -98,9 +98,8 @@ def test_unsafe_serves_plain_http_and_warns_loudly(plain_server):
 
 
 def test_serve_without_certificates_and_without_unsafe_exits_with_a_message():
-    exe = pathlib.Path(sys.executable).with_name("tas-extender")
     result = subprocess.run(
-        [str(exe), "serve", "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+        [tas_extender_command(), "serve", "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
          "--metrics-file", str(FIXTURES / "health.prom")], capture_output=True, text=True, timeout=30)
     assert result.returncode != 0
     assert "--cert, --key and --cacert are required" in result.stderr

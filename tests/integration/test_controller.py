@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import sys
 import time
 import uuid
 
@@ -17,17 +16,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from support import free_port, provisioned_extender, serving_extender, wait_for
+from support import (free_port, provisioned_extender, serving_extender, start_extender, tas_extender_command,
+                     wait_for, wait_ready)
 
 # The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
 
 GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
 DEADLINE = 30
 NODES = ["node-1", "node-2", "node-3"]
-
-
-def tas_extender() -> str:
-    return str(pathlib.Path(sys.executable).with_name("tas-extender"))
 
 
 
@@ -44,7 +40,7 @@ def refuse_a_provisioned_extender(api_client) -> None:
 def crd(api_client):
     refuse_a_provisioned_extender(api_client)
     manifest = yaml.safe_load(subprocess.run(
-        [tas_extender(), "crd"],
+        [tas_extender_command(), "crd"],
         capture_output=True, text=True, check=True).stdout)
     ext = client.ApiextensionsV1Api(api_client)
     try:
@@ -71,12 +67,17 @@ class Metrics:
         self.path.write_text("".join(f'{metric}{{node="{n}"}} {v}\n' for n, v in values.items()))
 
 
+def serve_args(kubeconfig: str, metrics: Metrics, namespace: str) -> list[str]:
+    """What every extender of these tests serves with: the cluster, the metrics file, a 1 s sync."""
+    return ["--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
+            "--lease-namespace", namespace]
+
+
 @pytest.fixture
 def extender(kubeconfig, crd, tmp_path, namespace):
     port = free_port()
     metrics = Metrics(tmp_path / "metrics.prom", port)
-    with serving_extender(["--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
-                           "--lease-namespace", namespace], port, tmp_path / "extender.log", DEADLINE):
+    with serving_extender(serve_args(kubeconfig, metrics, namespace), port, tmp_path / "extender.log", DEADLINE):
         yield metrics
 
 
@@ -153,16 +154,11 @@ def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kub
     replicas = []
     for i in range(2):
         port = free_port()
-        log = (tmp_path / f"replica-{i}.log").open("w")
-        proc = subprocess.Popen(
-            [tas_extender(), "serve", "--unsafe",
-             "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", kubeconfig,
-             "--metrics-file", str(metrics.path), "--syncPeriod", "1s", "--lease-namespace", namespace],
-            stdout=log, stderr=subprocess.STDOUT)
-        replicas.append((proc, port))
+        replicas.append((start_extender(serve_args(kubeconfig, metrics, namespace), port,
+                                        tmp_path / f"replica-{i}.log"), port))
     try:
         for _, port in replicas:
-            wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "replica ready")
+            wait_ready(port, DEADLINE, "replica ready")
         holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
                           DEADLINE, "a leader holds the Lease")
         leader = next(i for i, (proc, _) in enumerate(replicas) if holder.endswith(f"-{proc.pid}"))
@@ -205,15 +201,11 @@ def test_a_leader_that_shuts_down_hands_the_lease_over_at_once(api_client, kubec
     replicas = []
     for i in range(2):
         port = free_port()
-        proc = subprocess.Popen(
-            [tas_extender(), "serve", "--unsafe", "--host", "127.0.0.1", "--port", str(port),
-             "--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
-             "--lease-namespace", namespace],
-            stdout=(tmp_path / f"replica-{i}.log").open("w"), stderr=subprocess.STDOUT)
-        replicas.append((proc, port))
+        replicas.append((start_extender(serve_args(kubeconfig, metrics, namespace), port,
+                                        tmp_path / f"replica-{i}.log"), port))
     try:
         for _, port in replicas:
-            wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, DEADLINE, "replica ready")
+            wait_ready(port, DEADLINE, "replica ready")
         replicas = [proc for proc, _ in replicas]
         holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
                           DEADLINE, "a leader holds the Lease")

@@ -92,11 +92,10 @@ def extender(api_client, kubeconfig, annotated_nodes, tmp_path, namespace):
     metrics = tmp_path / "metrics.prom"
     metrics.write_text("".join(f'health_metric{{node="{n}"}} 0\n' for n in NODES))
     port = free_port()
-    with serving_extender(["--kubeconfig", kubeconfig,
-                           "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"), "--metrics-file", str(metrics),
-                           "--syncPeriod", "1s", "--lease-namespace", namespace,
-                           "--load-aware", "--load-policy", str(policy)],
-                          port, tmp_path / "extender.log", DEADLINE) as base:
+    args = ["--kubeconfig", kubeconfig, "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
+            "--metrics-file", str(metrics), "--syncPeriod", "1s", "--lease-namespace", namespace,
+            "--load-aware", "--load-policy", str(policy)]
+    with serving_extender(args, port, tmp_path / "extender.log", DEADLINE) as base:
         yield base
 
 
