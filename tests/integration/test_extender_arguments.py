@@ -1,0 +1,88 @@
+"""Every extender variable reaches the process in both modes: the host service's command line
+and the Deployment's container arguments, as the role renders them.
+
+The two used to be written separately and kubernetes mode lost `extender_log_level` and
+`extender_metric_max_age` without a word. One `ansible-playbook` run per mode renders the role's
+own vars and template with distinctive values; each must appear as its flag in both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from support import REPO
+
+ROLE = REPO / "collections/ansible_collections/intel/tas/roles/extender"
+BIN = os.path.dirname(sys.executable)
+
+VALUES = {
+    "extender_port": 9443,
+    "extender_sync_period": "7s",
+    "extender_metrics_source": "prometheus",
+    "extender_missing_metrics": "fail-closed",
+    "extender_namespace": "tas-args-test",
+    "extender_log_level": "debug",
+    "extender_metric_max_age": "45s",
+    "extender_extra_args": ["--an-extra=flag"],
+    "tas_load_aware": True,
+    "extender_load_prometheus_url": "http://prometheus.example:9090",
+    "extender_load_weight": 2.5,
+}
+EXPECTED = [
+    "--port=9443", "--syncPeriod=7s", "--metrics-source=prometheus", "--missing-metrics=fail-closed",
+    "--lease-namespace=tas-args-test", "--log-level=debug", "--metric-max-age=45s", "--an-extra=flag",
+    "--load-aware", "--load-prometheus-url=http://prometheus.example:9090", "--load-weight=2.5",
+]
+
+
+def rendered_arguments(mode: str, values: dict) -> list[str]:
+    """The arguments the role gives tas-extender in one mode, rendered by Ansible itself."""
+    if mode == "host":
+        expression = "{{ _extender_command[2:] }}"
+    else:
+        expression = ("{{ (lookup('ansible.builtin.template', role_dir ~ '/templates/deployment.yaml.j2')"
+                      " | from_yaml_all | selectattr('kind', 'eq', 'Deployment') | first)"
+                      ".spec.template.spec.containers[0].args }}")
+    play = [{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
+        "vars": {"role_dir": str(ROLE)},
+        "tasks": [{"name": "Render", "ansible.builtin.debug": {"msg": expression}}],
+    }]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json")
+    run = subprocess.run([f"{BIN}/ansible-playbook", "-i", "localhost,", "/dev/stdin",
+                          "--extra-vars", json.dumps(dict(values, extender_deploy_mode=mode))],
+                         input=yaml.safe_dump(play), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    return json.loads(run.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+
+
+@pytest.mark.parametrize("mode", ["host", "kubernetes"])
+def test_every_variable_reaches_the_extender(mode):
+    arguments = rendered_arguments(mode, VALUES)
+    missing = [flag for flag in EXPECTED if flag not in arguments]
+    assert not missing, f"{mode} mode lacks {missing}: {arguments}"
+
+
+@pytest.mark.parametrize(("mode", "url"), [
+    ("kubernetes", "http://tas-prometheus.monitoring.svc:9090"),
+    ("host", "http://127.0.0.1:9090"),
+])
+def test_load_mode_asks_the_prometheus_role_of_its_own_mode_by_default(mode, url):
+    arguments = rendered_arguments(mode, {"tas_load_aware": True})
+    assert f"--load-prometheus-url={url}" in arguments, arguments
+
+
+def test_the_two_modes_differ_only_in_paths():
+    mode_specific = ("--kubeconfig=", "--health-port=", "--cert=", "--key=", "--cacert=", "--load-policy=")
+
+    def common(mode: str) -> list[str]:
+        return [argument for argument in rendered_arguments(mode, VALUES) if not argument.startswith(mode_specific)]
+
+    assert common("host") == common("kubernetes")
