@@ -13,8 +13,8 @@ module: supervisor_program
 short_description: Bring supervisord programs to RUNNING, whatever state each is in
 version_added: 0.3.0
 description:
-  - Converges supervisord programs to C(RUNNING) from any state: a program supervisord is
-    still starting or retrying (C(STARTING), C(BACKOFF), C(STOPPING)) is waited for, one that
+  - Converges supervisord programs to C(RUNNING) from any state. A program supervisord is
+    still starting or retrying (C(STARTING), C(BACKOFF), C(STOPPING)) is waited for; one that
     is stopped or gave up (C(STOPPED), C(EXITED), C(FATAL), C(UNKNOWN)) is started.
   - C(community.general.supervisorctl) with O(community.general.supervisorctl#module:state=started)
     runs C(supervisorctl start) on a program in C(BACKOFF), which supervisord refuses with

@@ -92,7 +92,7 @@ def test_supervisord_still_starting_is_waited_for():
 
 def test_a_fatal_program_is_started_and_reported():
     supervisor = FakeSupervisor({"kcm": ["FATAL", "RUNNING"]})
-    started, _, error = run(supervisor, ["kcm"])
+    started, dummy, error = run(supervisor, ["kcm"])
     assert (started, error, supervisor.starts) == (["kcm"], None, ["kcm"])
 
 
@@ -123,5 +123,5 @@ def test_an_unknown_program_fails_at_once():
 
 def test_check_mode_reports_what_would_start_and_starts_nothing():
     supervisor = FakeSupervisor({"a": ["STOPPED"], "b": ["RUNNING"]})
-    started, _, error = run(supervisor, ["a", "b"], check_mode=True)
+    started, dummy, error = run(supervisor, ["a", "b"], check_mode=True)
     assert (started, error, supervisor.starts) == (["a"], None, [])
