@@ -54,7 +54,8 @@ ROLE_TASKS = [
         "Make sure every node's containerd and kubelet are running",
         lambda names, conf: {
             # Programs named containerd-<node> and kubelet-<node>, as the role writes them.
-            "_real_cluster_nodes": [{"name": name.split("-", 1)[1]} for name in names if name.startswith("containerd-")],
+            "_real_cluster_nodes": [{"name": name.removeprefix("containerd-")}
+                                    for name in names if name.startswith("containerd-")],
             "_real_cluster_supervisor_conf": str(conf),
             "_real_cluster_supervisorctl": str(BIN / "supervisorctl"),
             "real_cluster_ready_timeout": 120,
@@ -143,10 +144,11 @@ def supervisord(tmp_path):
     for conf in started:
         subprocess.run([BIN / "supervisorctl", "-c", conf, "shutdown"], capture_output=True)
         pid = conf.parent / "supervisord.pid"
-        wait_for(lambda: not pid.exists(), 30, "supervisord of the test to shut down")
+        wait_for(lambda pid=pid: not pid.exists(), 30, "supervisord of the test to shut down")
 
 
-def run_task(role: RoleTask, names: list[str], conf: pathlib.Path, tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
+def run_task(role: RoleTask, names: list[str], conf: pathlib.Path,
+             tmp_path: pathlib.Path) -> subprocess.CompletedProcess:
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "connection": "local", "gather_facts": False,
