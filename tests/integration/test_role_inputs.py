@@ -90,6 +90,17 @@ CASES = [
          {"scheduler_config_extender_url": "http://127.0.0.1:9001", "scheduler_config_kubernetes_version": "v1.22.17"},
          "Refuse Kubernetes versions without a KubeSchedulerConfiguration that takes extenders",
          ("Kubernetes 1.22 is not supported", "scheduler_config_kubernetes_version")),
+    Case("extender variable misspelt", "extender", {"extender_replica": 3},
+         "Check that every extender_* variable is one the role knows",
+         ("Unknown variable for role extender: extender_replica (did you mean extender_replicas?)",)),
+    Case("node_exporter variable renamed in 0.2.0", "node_exporter", {"node_exporter_textfile_dir": "/srv/metrics"},
+         "Check that every node_exporter_* variable is one the role knows", ("node_exporter_textfile_dir",)),
+    # The adapter's variable starts with prometheus_ too: the prometheus role names only its own.
+    Case("prometheus variable misspelt beside an adapter variable", "prometheus",
+         {"prometheus_scrape_intervall": "5s", "prometheus_adapter_metric_prefix": "node_"},
+         "Check that every prometheus_* variable is one the role knows",
+         ("Unknown variable for role prometheus: prometheus_scrape_intervall (did you mean prometheus_scrape_interval?)."
+          " Rename or remove it",)),
     Case("scheduler config mode is not a choice", "scheduler_config", {"scheduler_config_mode": "static"}, ARGSPEC,
          ("value of scheduler_config_mode must be one of: service, kubeadm, got: static",)),
 ]
