@@ -26,8 +26,9 @@ help: ## List the targets
 venv: $(VENV)/.installed ## Create the virtualenv: the harness, tests and linters, and the extender, pinned
 
 # One resolution: requirements.txt (harness, tests, linters) and the extender, both under
-# constraints.txt (the extender's run-time set, exact).
-$(VENV)/.installed: requirements.txt constraints.txt extender_app/pyproject.toml
+# constraints.txt (the extender's run-time set, exact). The extender is installed as a copy (as
+# in its image), so a change to its sources reinstalls it.
+$(VENV)/.installed: requirements.txt constraints.txt extender_app/pyproject.toml $(shell find extender_app/tas_extender -name '*.py')
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
 	$(VENV)/bin/pip install --quiet -r requirements.txt ./extender_app

@@ -239,7 +239,9 @@ def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine
             from tas_extender.load.annotator import Annotator
             from tas_extender.sources.prometheus import PrometheusSource
 
-            annotator = Annotator(load_policy, PrometheusSource(args.load_prometheus_url, metric_prefix=""),
+            source = PrometheusSource(args.load_prometheus_url, metric_prefix="",
+                                      node_addresses=controller.node_addresses)
+            annotator = Annotator(load_policy, source,
                                   controller.all_annotations, controller.core.patch_node,
                                   hot_value=load.hot_value)
     controller.start(policies=not args.policy_file, pods=load)
@@ -336,6 +338,9 @@ def serve(args: argparse.Namespace) -> int:
         store.replace_all(valid, invalid)
     cluster = ClusterParts() if api_client is None else _start_cluster_parts(
         args, api_client, engine, telemetry, load_policy)
+    if cluster.controller is not None and hasattr(source, "node_addresses"):
+        # The Prometheus source matches series without a `node` label to the nodes watched.
+        source.node_addresses = cluster.controller.node_addresses
     sync = SyncLoop(store, cache, engine, args.sync_period, cluster.controller, cluster.annotator,
                     load_aware=load_policy is not None)
     sync.start()

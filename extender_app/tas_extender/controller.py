@@ -126,6 +126,7 @@ class Controller:
         self.telemetry = telemetry
         self.is_leader = is_leader
         self.nodes: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # name -> (labels, annotations)
+        self.addresses: dict[str, tuple[str, ...]] = {}  # name -> status.addresses, to match `instance` labels
         self._nodes_lock = threading.Lock()
         self._objects: dict[str, dict] = {}  # policy key -> last object seen
         self._status_written: dict[str, tuple[object, float]] = {}
@@ -196,9 +197,14 @@ class Controller:
     def _node_entry(self, node: Any) -> tuple[dict[str, str], dict[str, str]]:
         return dict(node.metadata.labels or {}), dict(node.metadata.annotations or {})
 
+    @staticmethod
+    def _node_addresses(node: Any) -> tuple[str, ...]:
+        return tuple(a.address for a in (node.status.addresses if node.status else None) or () if a.address)
+
     def _on_node_list(self, items: list[Any]) -> None:
         with self._nodes_lock:
             self.nodes = {n.metadata.name: self._node_entry(n) for n in items}
+            self.addresses = {n.metadata.name: self._node_addresses(n) for n in items}
         self.nodes_synced = True
         self.engine.known_nodes = set(self.nodes)
         self.engine.rebuild()
@@ -207,8 +213,10 @@ class Controller:
         with self._nodes_lock:
             if kind == "DELETED":
                 self.nodes.pop(node.metadata.name, None)
+                self.addresses.pop(node.metadata.name, None)
             else:
                 self.nodes[node.metadata.name] = self._node_entry(node)
+                self.addresses[node.metadata.name] = self._node_addresses(node)
         if kind != "MODIFIED":
             self.engine.known_nodes = set(self.nodes)
 
@@ -226,6 +234,11 @@ class Controller:
     def annotations(self, node: str) -> dict[str, str] | None:
         entry = self.nodes.get(node)
         return entry[1] if entry else None
+
+    def node_addresses(self) -> dict[str, tuple[str, ...]] | None:
+        """node -> its addresses; None until the nodes are listed."""
+        with self._nodes_lock:
+            return dict(self.addresses) if self.nodes_synced else None
 
     def all_annotations(self) -> dict[str, dict[str, str]]:
         with self._nodes_lock:

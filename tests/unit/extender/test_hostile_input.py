@@ -314,7 +314,8 @@ def test_garbage_from_the_custom_metrics_api_is_dropped_with_a_reason_and_change
 def _prometheus(series: list) -> PrometheusSource:
     body = {"status": "success", "data": {"resultType": "vector", "result": series}}
     return PrometheusSource("http://prometheus:9090",
-                            transport=httpx.MockTransport(lambda request: httpx.Response(200, json=body)))
+                            transport=httpx.MockTransport(lambda request: httpx.Response(200, json=body)),
+                            node_addresses=lambda: {node: [] for node in CANDIDATES})
 
 
 def _series(node: object, value: object, stamp: object = None) -> dict:
@@ -332,12 +333,13 @@ def _series(node: object, value: object, stamp: object = None) -> dict:
      ([{"metric": {"node": "node-x"}}], "malformed series"),
      ([{"metric": {"node": "node-x"}, "value": "0"}], "malformed series"),
      ([_series("node-x", "0"), _series("node-x", "2")], "conflicting values"),
-     ([{"metric": {}, "value": [time.time(), "1"]}], "without a node label"),
-     ([_series(["node-x"], "1")], "without a node label"),
-     (["node-x 1"], "without a node label")],
+     ([{"metric": {}, "value": [time.time(), "1"]}], "neither a node nor an instance label"),
+     ([_series(["node-x"], "1")], "neither a node nor an instance label"),
+     ([{"metric": {"instance": "10.9.9.9:9100"}, "value": [time.time(), "1"]}], "neither the name nor an address"),
+     (["node-x 1"], "malformed series")],
     ids=["NaN", "+Inf", "-Inf", "NaN timestamp", "text value", "text timestamp", "no value",
          "value not a pair", "duplicate node, two values", "no node label", "node is a list",
-         "series is a string"],
+         "instance of no node", "series is a string"],
 )
 def test_garbage_from_prometheus_is_dropped_with_a_reason_and_changes_no_decision(caplog, garbage, logged):
     good = [_series(n, f"{v:g}") for n, v in HEALTH.items()]

@@ -62,7 +62,7 @@ def test_prometheus_source_queries_each_metric_by_node_and_keeps_timestamps():
             {"metric": {"node": "node-4"}, "value": "broken"}]}})
 
     fetched = _prometheus(answer).fetch({"health_metric"})
-    assert queries == ['max by (node) (node_health_metric{node!=""})']
+    assert queries == ['max by (node) (node_health_metric{node!=""}) or max by (instance) (node_health_metric{node=""})']
     assert fetched == {"health_metric": {"node-1": Sample(1.0, NOW)}}
 
 

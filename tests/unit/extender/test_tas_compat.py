@@ -365,7 +365,8 @@ def test_a_dashed_metric_name_reaches_prometheus_as_a_name_matcher():
 
     source = PrometheusSource("http://prometheus:9090", transport=httpx.MockTransport(answer))
     fetched = source.fetch({"cpu-x"})
-    assert queries == ['max by (node) ({__name__="node_cpu-x",node!=""})']
+    assert queries == ['max by (node) ({__name__="node_cpu-x",node!=""}) '
+                       'or max by (instance) ({__name__="node_cpu-x",node=""})']
     assert fetched == {"cpu-x": {"node-1": Sample(7.0, NOW)}}
 
 
