@@ -143,6 +143,37 @@ def _parser() -> argparse.ArgumentParser:
     offline.add_argument("--load-weight", type=float, default=1.0,
                          help="weight of the load score against a TASPolicy's own score (weight 1)")
 
+    explain = sub.add_parser(
+        "explain", help="why a pod passes or fails each node and how each node scores, with the metrics behind it",
+        description="For every node: filtered or not (and by which rule), the score, and each deciding metric's "
+                    "value and age; in load mode the load values and hot value. Against the cluster for "
+                    "NAMESPACE/POD, or offline from files (--pod-file). Every node is a candidate here; the "
+                    "scheduler sends only those its own filters passed.")
+    explain.add_argument("pod", nargs="?", help="NAMESPACE/NAME of a pod in the cluster")
+    explain.add_argument("--kubeConfig", "--kubeconfig", dest="kubeconfig", default=None,
+                         help="kubeconfig file; in a pod the in-cluster config is used")
+    explain.add_argument("--pod-file", default=None, help="offline: the pod as YAML or JSON, instead of NAMESPACE/POD")
+    explain.add_argument("--policy-file", action="append", default=[],
+                         help="YAML TASPolicy documents instead of the cluster's (repeatable)")
+    explain.add_argument("--metrics-file", default=None, help="Prometheus text file with node-labelled metrics")
+    explain.add_argument("--metrics-source", choices=["custom-metrics", "prometheus", "file"], default=None,
+                         help="where metrics come from, as for serve (custom-metrics, or file with --metrics-file)")
+    explain.add_argument("--prometheus-url", default="http://127.0.0.1:9090")
+    explain.add_argument("--metric-max-age", type=duration, default=30.0,
+                         help="older values count as missing (serve's default: 30s)")
+    explain.add_argument("--missing-metrics", choices=["fail-open", "fail-closed"], default="fail-open")
+    explain.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    why_load = explain.add_argument_group("load-aware decisions (as serve --load-aware answers them)")
+    why_load.add_argument("--load-aware", action="store_true", help="also decide by node load")
+    why_load.add_argument("--load-policy", default=None, help="DynamicSchedulerPolicy YAML; implies --load-aware")
+    why_load.add_argument("--load-weight", type=float, default=1.0,
+                          help="weight of the load score against a TASPolicy's own score (weight 1)")
+    why_load.add_argument("--nodes", default=None, help="offline: `kubectl get nodes -o json` (or YAML)")
+    why_load.add_argument("--bindings", default=None,
+                          help="offline: YAML/JSON mapping node -> seconds ago of each pod bound there")
+    why_load.add_argument("--now", default=None,
+                          help="offline: the moment of the decision, such as 2026-11-22T10:00:00Z")
+
     sub.add_parser("crd", help="print the TASPolicy CustomResourceDefinition (YAML)")
     check = sub.add_parser("check-load-policy", help="validate a DynamicSchedulerPolicy file (load-aware mode)")
     check.add_argument("path")
@@ -495,6 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "evaluate":
         return _evaluate(args)
+    if args.command == "explain":
+        from tas_extender.explain_cli import explain_command
+
+        return explain_command(args)
     return serve(args)
 
 
