@@ -1,0 +1,193 @@
+"""Removing the scheduler configuration puts kubeadm's manifest back byte for byte.
+
+The scheduler_config role in kubeadm mode edits the kube-scheduler static pod manifest; with
+`tas_state: absent` it must leave the control plane as kubeadm wrote it, since `kubeadm
+upgrade` and the platform team's own checks compare against that. The role runs here on
+files of this machine (a manifest as kubeadm 1.36 writes it, placeholder TLS files) with a
+small HTTP server answering the scheduler's /healthz, so no cluster is needed; the real-node
+scenario runs the same removal on a kubeadm control plane.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from support import REPO
+
+BIN = pathlib.Path(sys.executable).parent
+
+# kube-scheduler's manifest as kubeadm v1.36 writes it (its formatting, not YAML's).
+KUBEADM_MANIFEST = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  labels:
+    component: kube-scheduler
+    tier: control-plane
+  name: kube-scheduler
+  namespace: kube-system
+spec:
+  containers:
+  - command:
+    - kube-scheduler
+    - --authentication-kubeconfig=/etc/kubernetes/scheduler.conf
+    - --authorization-kubeconfig=/etc/kubernetes/scheduler.conf
+    - --bind-address=127.0.0.1
+    - --kubeconfig=/etc/kubernetes/scheduler.conf
+    - --leader-elect=true
+    image: registry.k8s.io/kube-scheduler:v1.36.3
+    imagePullPolicy: IfNotPresent
+    name: kube-scheduler
+    resources:
+      requests:
+        cpu: 100m
+    volumeMounts:
+    - mountPath: /etc/kubernetes/scheduler.conf
+      name: kubeconfig
+      readOnly: true
+  hostNetwork: true
+  priority: 2000001000
+  priorityClassName: system-node-critical
+  securityContext:
+    seccompProfile:
+      type: RuntimeDefault
+  volumes:
+  - hostPath:
+      path: /etc/kubernetes/scheduler.conf
+      type: FileOrCreate
+    name: kubeconfig
+status: {}
+"""
+
+
+class Healthz(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the handler's API
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def healthz_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/healthz"
+    server.shutdown()
+
+
+@pytest.fixture
+def control_plane(tmp_path) -> pathlib.Path:
+    """An /etc/kubernetes of a kubeadm control plane, and the certificates role's files."""
+    (tmp_path / "manifests").mkdir()
+    manifest = tmp_path / "manifests" / "kube-scheduler.yaml"
+    manifest.write_text(KUBEADM_MANIFEST)
+    manifest.chmod(0o600)
+    (tmp_path / "pki").mkdir()
+    for name in ("scheduler-client.crt", "scheduler-client.key", "ca.crt"):
+        (tmp_path / "pki" / name).write_text(f"placeholder {name}\n")
+    return tmp_path
+
+
+def run_role(etc: pathlib.Path, healthz_url: str, state: str) -> subprocess.CompletedProcess:
+    variables = {
+        "tas_state": state,
+        "scheduler_config_mode": "kubeadm",
+        "scheduler_config_kubernetes_version": "v1.36.3",
+        "scheduler_config_path": str(etc / "scheduler-config.yaml"),
+        "scheduler_config_kubeadm_manifest": str(etc / "manifests" / "kube-scheduler.yaml"),
+        "scheduler_config_kubeadm_backup_dir": str(etc / "tas-backup"),
+        "scheduler_config_client_cert": str(etc / "pki" / "scheduler-client.crt"),
+        "scheduler_config_client_key": str(etc / "pki" / "scheduler-client.key"),
+        "scheduler_config_ca": str(etc / "pki" / "ca.crt"),
+        "scheduler_config_healthz_url": healthz_url,
+    }
+    play = etc / "play.yml"
+    play.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "roles": [{"role": "intel.tas.scheduler_config", "vars": variables}],
+    }]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    run = subprocess.run([BIN / "ansible-playbook", "-i", "localhost,", play], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    return run
+
+
+def changed(run: subprocess.CompletedProcess) -> int:
+    recap = run.stdout[run.stdout.rindex("PLAY RECAP"):]
+    return int(recap.split("changed=")[1].split()[0])
+
+
+def left_over(etc: pathlib.Path) -> list[str]:
+    """Files of ours under the fake /etc/kubernetes (the configuration, its versions, the copy)."""
+    return sorted(str(p.relative_to(etc)) for p in etc.rglob("*")
+                  if p.is_file() and (p.name.startswith("scheduler-config") or "tas-backup" in p.parts))
+
+
+def test_install_keeps_kubeadm_manifest_and_removal_puts_it_back(control_plane, healthz_url):
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    run_role(control_plane, healthz_url, "present")
+    pod = yaml.safe_load(manifest.read_text())
+    assert f"--config={control_plane / 'scheduler-config.yaml'}" in pod["spec"]["containers"][0]["command"]
+    assert (control_plane / "tas-backup" / "kube-scheduler.yaml").read_text() == KUBEADM_MANIFEST
+
+    # A second install (a changed setting rewrites the configuration) keeps the first copy.
+    run_role(control_plane, healthz_url, "present")
+    assert (control_plane / "tas-backup" / "kube-scheduler.yaml").read_text() == KUBEADM_MANIFEST
+
+    removal = run_role(control_plane, healthz_url, "absent")
+    assert changed(removal) > 0
+    assert manifest.read_text() == KUBEADM_MANIFEST
+    assert oct(manifest.stat().st_mode & 0o777) == "0o600"
+    assert left_over(control_plane) == []
+    assert not (control_plane / "tas-backup").exists()
+
+    again = run_role(control_plane, healthz_url, "absent")
+    assert changed(again) == 0, again.stdout[-3000:]
+
+
+def test_removal_without_a_copy_takes_out_what_an_earlier_release_added(control_plane, healthz_url):
+    """Installed by a release that kept no copy: the flag, mounts, annotation and DNS policy go."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    run_role(control_plane, healthz_url, "present")
+    shutil.rmtree(control_plane / "tas-backup")
+
+    run_role(control_plane, healthz_url, "absent")
+    assert yaml.safe_load(manifest.read_text()) == yaml.safe_load(KUBEADM_MANIFEST)
+    assert left_over(control_plane) == []
+
+
+def test_removal_keeps_a_configuration_the_scheduler_had_before(control_plane, healthz_url):
+    """A kubeadm scheduler already started with --config: only the extender entry of ours goes."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    config = control_plane / "scheduler-config.yaml"
+    own = KUBEADM_MANIFEST.replace("    - --leader-elect=true\n",
+                                   f"    - --leader-elect=true\n    - --config={config}\n")
+    manifest.write_text(own)
+    theirs = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
+        "extenders": [{"urlPrefix": "http://their-extender:8888/", "filterVerb": "filter", "weight": 1}],
+    }
+    config.write_text(yaml.safe_dump(theirs))
+
+    run_role(control_plane, healthz_url, "present")
+    assert len(yaml.safe_load(config.read_text())["extenders"]) == 2
+
+    run_role(control_plane, healthz_url, "absent")
+    assert manifest.read_text() == own
+    assert yaml.safe_load(config.read_text()) == theirs

@@ -1,0 +1,31 @@
+"""Every file under a directory with its SHA-256, to compare a directory before and after.
+
+    python tests/uninstall/file_hashes.py snapshot DIR FILE    write DIR's hashes to FILE (JSON)
+
+The real-node scenario snapshots the control plane's /etc/kubernetes as kubeadm wrote it,
+before site.yml; test_kubeadm_files.py compares it after playbooks/uninstall.yml.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import sys
+
+
+def hashes(root: pathlib.Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return ([f"added {name}" for name in sorted(set(after) - set(before))]
+            + [f"removed {name}" for name in sorted(set(before) - set(after))]
+            + [f"changed {name}" for name in sorted(set(before) & set(after)) if before[name] != after[name]])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "snapshot":
+        sys.exit(__doc__)
+    pathlib.Path(sys.argv[3]).write_text(json.dumps(hashes(pathlib.Path(sys.argv[2])), indent=1))

@@ -1,0 +1,60 @@
+"""Removal (tas_state: absent) deletes every object a role's templates create.
+
+Each role lists what it deletes by kind and name in tasks/absent.yml (rendering the templates
+again would need every variable the install computed); this keeps the lists and the templates
+in step. Namespaces are left to the namespace role, which deletes one only when nothing else is in it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+import yaml
+
+ROLES = pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel" / "tas" / "roles"
+TEMPLATES = {
+    "descheduler": ["cronjob.yaml.j2"],
+    "extender": ["deployment.yaml.j2", "rbac.yaml.j2"],
+    "node_exporter": ["daemonset.yaml.j2"],
+    "prometheus": ["kubernetes.yaml.j2"],
+    "prometheus_adapter": ["apiservice.yaml.j2"],
+}
+
+
+def created(role: str) -> set[tuple[str, str]]:
+    """(kind, name) of every object in the role's templates, names as written (Jinja included)."""
+    objects = set()
+    for template in TEMPLATES[role]:
+        for document in (ROLES / role / "templates" / template).read_text().split("\n---"):
+            kind = re.search(r"^kind: (\S+)", document, re.M)
+            name = re.search(r"^metadata:\n(?:  .*\n)*?  name: (.+)$", document, re.M)
+            if kind and kind.group(1) != "Namespace":
+                objects.add((kind.group(1), name.group(1).strip().strip('"')))
+    return objects
+
+
+def deleted(role: str) -> set[tuple[str, str]]:
+    """(kind, name) of every object a kubernetes.core.k8s task of tasks/absent.yml deletes."""
+    objects = set()
+    for task in yaml.safe_load((ROLES / role / "tasks" / "absent.yml").read_text()):
+        module = task.get("kubernetes.core.k8s")
+        if not module or module.get("state") != "absent":
+            continue
+        if "definition" in module:
+            objects |= {(item["kind"], item["metadata"]["name"]) for item in module["definition"]}
+        else:
+            objects.add((module["kind"], module["name"]))
+    return objects
+
+
+@pytest.mark.parametrize("role", sorted(TEMPLATES))
+def test_removal_deletes_every_object_the_templates_create(role):
+    assert sorted(created(role) - deleted(role)) == []
+
+
+@pytest.mark.parametrize("role", sorted(TEMPLATES))
+def test_every_role_with_objects_removes_them_when_absent(role):
+    main = (ROLES / role / "tasks" / "main.yml").read_text()
+    assert "import_tasks: absent.yml" in main and "meta: end_role" in main
