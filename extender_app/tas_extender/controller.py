@@ -6,7 +6,8 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
@@ -29,6 +30,17 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def managed_keys(annotations: dict[str, str]) -> set[str]:
+    """The label keys this controller set on a node (MANAGED_ANNOTATION)."""
+    return {k for k in annotations.get(MANAGED_ANNOTATION, "").split(",") if k}
+
+
+def foreign_labels(have: dict[str, str], annotations: dict[str, str], want: dict[str, str]) -> dict[str, str]:
+    """The wanted keys a node already carries that this controller did not set: never overwritten."""
+    managed = managed_keys(annotations)
+    return {key: have[key] for key in want if key in have and key not in managed}
+
+
 def label_patch(have: dict[str, str], annotations: dict[str, str],
                 want: dict[str, str]) -> dict | None:
     """The strategic merge patch that gives a node the labels it should carry, or None.
@@ -36,13 +48,42 @@ def label_patch(have: dict[str, str], annotations: dict[str, str],
     Labels this controller set earlier (listed in MANAGED_ANNOTATION) and no longer wanted are
     removed (null); labels it never set are left alone.
     """
-    managed = {k for k in annotations.get(MANAGED_ANNOTATION, "").split(",") if k}
+    managed = managed_keys(annotations)
     changes: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
     changes.update({k: None for k in managed - set(want) if k in have})
     new_managed = ",".join(sorted(want))
     if not changes and new_managed == ",".join(sorted(managed)):
         return None
     return {"metadata": {"labels": changes, "annotations": {MANAGED_ANNOTATION: new_managed or None}}}
+
+
+def shadowed_policies(policies: Iterable[Policy]) -> dict[str, str]:
+    """Policy key -> why it sets no node label, for policies whose name another namespace's
+    policy holds.
+
+    A policy's labels are keyed by its name alone (TAS's contract: pods' node affinity names
+    the key), so same-named policies in two namespaces would share them, and one namespace's
+    metrics would evict the other's pods. The oldest (then the first namespace) sets them.
+    """
+    ordered = sorted(policies, key=lambda p: (p.created, p.namespace))
+    owners: dict[str, Policy] = {}
+    for policy in ordered:
+        owners.setdefault(policy.name, policy)
+    return {policy.key: (f"policy {owners[policy.name].key} has the same name and is older: it alone sets "
+                         f"node label {deschedule.label_key(policy)} and the labels under "
+                         f"{labeling.label_prefix(policy)}; this policy sets none until one is renamed or deleted")
+            for policy in ordered if owners[policy.name] is not policy}
+
+
+@dataclass
+class Desired:
+    """What the policies want on the nodes, and what they are not given."""
+
+    labels: dict[str, dict[str, str]]  # node -> labels the policies want there
+    violating: dict[str, list[str]]  # policy key -> nodes violating its deschedule rules
+    owners: dict[str, str] = field(default_factory=dict)  # label key -> the policy that wants it
+    # policy key -> (reason, message) for each of its labels not set (a Warning event each)
+    not_set: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def _violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
@@ -68,6 +109,19 @@ def _warning_condition(policy: Policy, shown: int = 5) -> dict[str, str] | None:
     if len(policy.warnings) > shown:
         message += f"; and {len(policy.warnings) - shown} more (see the policy's events)"
     return {"type": "Warning", "status": "True", "reason": "RulesNeverAct", "message": message}
+
+
+def _labels_not_set_condition(reasons: list[tuple[str, str]], shown: int = 5) -> dict[str, str] | None:
+    """The LabelsNotSet condition: why some of a valid policy's node labels are not set, or None.
+
+    It names the first `shown` (reason, message) pairs; each has its own Event.
+    """
+    if not reasons:
+        return None
+    message = "; ".join(why for _, why in reasons[:shown])
+    if len(reasons) > shown:
+        message += f"; and {len(reasons) - shown} more (see the policy's events)"
+    return {"type": "LabelsNotSet", "status": "True", "reason": reasons[0][0], "message": message}
 
 
 # A watch: its name, the list call (also streamed by the watch), what to do with the listed
@@ -131,6 +185,7 @@ class Controller:
         self._objects: dict[str, dict] = {}  # policy key -> last object seen
         self._status_written: dict[str, tuple[object, float]] = {}
         self._events_sent: set[tuple[str, int, str]] = set()
+        self._not_set_logged: set[tuple[str, str]] = set()
         self.nodes_synced = False
         self.stop = threading.Event()
 
@@ -267,31 +322,44 @@ class Controller:
 
     # --- reconciliation -----------------------------------------------------------------
 
-    def desired_labels(self) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
-        """node -> labels every valid policy wants there, and policy key -> violating nodes."""
+    def desired_labels(self) -> Desired:
+        """The labels every valid policy wants on each node, its violating nodes, and the
+        policies that set none because another namespace's policy holds their name."""
         snapshot = self.engine.view.snapshot
         with self._nodes_lock:
             names = sorted(self.nodes)
-        desired: dict[str, dict[str, str]] = {n: {} for n in names}
-        violating: dict[str, list[str]] = {}
-        for policy in self.store.policies():
+        policies = self.store.policies()
+        desired = Desired(labels={n: {} for n in names}, violating={},
+                          not_set={key: [("NameTaken", why)] for key, why in shadowed_policies(policies).items()})
+        for policy in policies:
             bad = deschedule.violating_nodes(policy, snapshot, names)
-            violating[policy.key] = bad
-            for node in bad:
-                desired[node][deschedule.label_key(policy)] = deschedule.VIOLATING
+            desired.violating[policy.key] = bad
+            if policy.key in desired.not_set:
+                continue
+            wanted = {node: {deschedule.label_key(policy): deschedule.VIOLATING} for node in bad}
             for node, labels in labeling.node_labels(policy, snapshot, names).items():
-                desired[node].update(labels)
-        return desired, violating
+                wanted.setdefault(node, {}).update(labels)
+            for node, labels in wanted.items():
+                desired.labels[node].update(labels)
+                desired.owners.update(dict.fromkeys(labels, policy.key))
+        return desired
 
     def reconcile(self) -> None:
         """Patch the nodes whose labels must change, then write policy status and events."""
-        desired, violating = self.desired_labels()
-        for node, want in desired.items():
+        desired = self.desired_labels()
+        for node, want in desired.labels.items():
             with self._nodes_lock:
                 entry = self.nodes.get(node)
             if entry is None:
                 continue
             have, annotations = entry
+            for key, value in foreign_labels(have, annotations, want).items():
+                # Someone else's label (a user's, another tool's): overwriting it would lose their
+                # value, and removing it later would delete it. The policy reports it instead.
+                del want[key]
+                desired.not_set.setdefault(desired.owners[key], []).append(("LabelNotOurs", (
+                    f"node {node} already has label {key}={value}, which tas-extender did not set: "
+                    "it is left as it is")))
             body = label_patch(have, annotations, want)
             if body is None:
                 continue
@@ -313,11 +381,20 @@ class Controller:
             with self._nodes_lock:  # until the watch catches up, assume the patch applied
                 labels = {k: v for k, v in {**have, **changes}.items() if v is not None}
                 self.nodes[node] = (labels, {**annotations, MANAGED_ANNOTATION: new_managed})
-        for key, nodes in violating.items():
+        for key, nodes in desired.violating.items():
             self.telemetry.violating.labels(key).set(len(nodes))
-        self._write_statuses(violating)
+        self._report_not_set(desired.not_set)
+        self._write_statuses(desired.violating, desired.not_set)
 
-    def _write_statuses(self, violating: dict[str, list[str]]) -> None:
+    def _report_not_set(self, not_set: dict[str, list[tuple[str, str]]]) -> None:
+        """Log each reason a policy's labels are not set once, when it first appears."""
+        current = {(key, why) for key, reasons in not_set.items() for _, why in reasons}
+        for key, why in sorted(current - self._not_set_logged):
+            log.warning("policy %s: label not set: %s", key, why)
+        self._not_set_logged = current
+
+    def _write_statuses(self, violating: dict[str, list[str]],
+                        not_set: dict[str, list[tuple[str, str]]]) -> None:
         now = time.monotonic()
         invalid = self.store.invalid()
         for key, obj in list(self._objects.items()):
@@ -338,8 +415,12 @@ class Controller:
                 continue
             nodes = violating.get(key, [])
             warned = _warning_condition(policy) if policy is not None else None
+            unset = _labels_not_set_condition(not_set.get(key, []))
+            if policy is not None and unset is not None:
+                for reason, why in not_set[key]:
+                    self._event(obj, generation, reason, why)
             content = (condition["status"], condition["message"], tuple(nodes), generation,
-                       warned["message"] if warned else None)
+                       warned["message"] if warned else None, unset["message"] if unset else None)
             last = self._status_written.get(key)
             if last and last[0] == content and now - last[1] < STATUS_REFRESH_SECONDS:
                 continue
@@ -348,6 +429,8 @@ class Controller:
                 conditions.append(_violating_condition(policy, nodes))
                 if warned is not None:
                     conditions.append(warned)
+                if unset is not None:
+                    conditions.append(unset)
             old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
             for entry in conditions:
                 previous = old.get(entry["type"])

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tas_extender.policy import GROUP, INT64_MAX, INT64_MIN, KIND, PLURAL, VERSION, PolicySpec
+from tas_extender.policy import (
+    GROUP,
+    INT64_MAX,
+    INT64_MIN,
+    KIND,
+    MAX_NAME_LENGTH,
+    NAME_LENGTH_WHY,
+    PLURAL,
+    VERSION,
+    PolicySpec,
+)
 
 _DROP = {"title"}
 
@@ -103,6 +113,11 @@ def crd() -> dict[str, Any]:
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
                     "required": ["spec"],
+                    # The API server refuses the name at apply (CEL sees metadata.name at the root).
+                    "x-kubernetes-validations": [{
+                        "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+                        "message": f"metadata.name is too long: {NAME_LENGTH_WHY}",
+                    }],
                     "properties": {
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},

@@ -31,6 +31,11 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_PREFIX = "telemetry.aware.scheduling."
+# A policy's name is the key of the node label its deschedule strategy sets (TAS's contract:
+# the pods' node affinity names it), and a label key's name part has at most 63 characters.
+MAX_NAME_LENGTH = 63
+NAME_LENGTH_WHY = (f"at most {MAX_NAME_LENGTH} characters: the name is the key of the node label "
+                   "the deschedule strategy sets, which Kubernetes limits to 63")
 
 
 class Rule(BaseModel):
@@ -98,6 +103,7 @@ class Policy:
     spec: PolicySpec
     generation: int = 0
     warnings: tuple[PolicyWarning, ...] = ()
+    created: str = ""  # metadata.creationTimestamp: the oldest of same-named policies owns their labels
 
     @property
     def key(self) -> str:
@@ -232,13 +238,16 @@ def parse_policy(obj: Any) -> Policy:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise PolicyError("metadata.name", "is required")
+    if len(name) > MAX_NAME_LENGTH:
+        raise PolicyError("metadata.name", f"is {len(name)} characters long; {NAME_LENGTH_WHY}")
     namespace = meta.get("namespace") or "default"
     generation = meta.get("generation") or 0
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise PolicyError("metadata.generation", f"must be an integer, got {_short(generation)}")
     spec = parse_spec(obj.get("spec"))
+    created = meta.get("creationTimestamp") or ""
     return Policy(namespace=namespace, name=name, spec=spec, generation=generation,
-                  warnings=policy_warnings(name, spec))
+                  warnings=policy_warnings(name, spec), created=str(created))
 
 
 def _short(value: object, limit: int = 80) -> str:
