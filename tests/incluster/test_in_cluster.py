@@ -16,6 +16,7 @@ import uuid
 
 import httpx
 import pytest
+import yaml
 from cryptography import x509
 from kubernetes import client
 
@@ -193,6 +194,34 @@ def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(a
     finally:
         for name in names:
             core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+
+
+def test_pods_created_while_every_extender_replica_is_down_wait_and_still_avoid_the_bad_node(
+        api_client, healthy_nodes_after):
+    """The roles' default (`ignorable: false` while only the demo's pods are sent to the
+    extender): pods that opted in wait for it rather than land against their policy."""
+    core = client.CoreV1Api(api_client)
+    config = yaml.safe_load(node_path("control-plane", "/etc/kubernetes/scheduler-config.yaml").read_text())
+    [extender] = [e for e in config["extenders"] if e.get("managedResources")]
+    assert extender["ignorable"] is False, extender
+    set_health("node-1", 1)
+    wait_for(lambda: filter_rejects(core, client_tls(), "node-1"), DEADLINE, "the filter to reject node-1")
+    replicas = [p.metadata.name for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")]
+    names = [f"outage-{uuid.uuid4().hex[:6]}" for _ in range(6)]
+    for replica in replicas:
+        core.delete_namespaced_pod(replica, EXTENDER_NS, grace_period_seconds=0)
+    try:
+        for name in names:
+            core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+        wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
+                 DEADLINE, "every pod created during the outage Running once the extender is back")
+        placed = {n: core.read_namespaced_pod(n, DEMO_NS).spec.node_name for n in names}
+        assert "node-1" not in placed.values(), placed
+    finally:
+        for name in names:
+            core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+    wait_for(lambda: len(ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")) == len(replicas),
+             DEADLINE, "the Deployment to replace both extender pods")
 
 
 def test_deleting_the_leader_hands_the_labels_to_the_other_replica(api_client, healthy_nodes_after):

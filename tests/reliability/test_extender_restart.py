@@ -4,8 +4,8 @@ true, and supervisord bringing a killed extender back.
 kube-scheduler calls the extender for every pod that requests telemetry/scheduling, before it
 binds it. With `ignorable: false` a call that fails stops the pod's scheduling cycle: the pod
 stays Pending, with a FailedScheduling event carrying the call's error, and is retried until
-the extender answers again. With `ignorable: true` (the role's default) the scheduler skips the
-extender and binds anyway.
+the extender answers again. With `ignorable: true` (the role's default in load-aware mode) the scheduler
+skips the extender and binds anyway.
 """
 
 from __future__ import annotations
