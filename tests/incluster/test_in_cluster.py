@@ -143,6 +143,19 @@ def test_extender_counts_the_schedulers_calls(api_client):
         core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
 
 
+def test_the_scheduler_mounts_only_its_own_tls_files_never_a_key_it_does_not_use():
+    """The control plane's certificates directory holds the CA's and the extender's keys: the
+    kube-scheduler static pod mounts its client certificate, key and the CA certificate alone."""
+    pod = yaml.safe_load(node_path("control-plane", "/etc/kubernetes/manifests/kube-scheduler.yaml").read_text())
+    mounted = {v["hostPath"]["path"]: v["hostPath"].get("type") for v in pod["spec"]["volumes"] if "hostPath" in v}
+    pki = "/etc/tas/pki"
+    assert node_path("control-plane", f"{pki}/ca.key").is_file()  # what must stay out of the pod
+    ours = {path: kind for path, kind in mounted.items() if path == pki or path.startswith(pki + "/")
+            or pki.startswith(path.rstrip("/") + "/")}
+    assert ours == {f"{pki}/scheduler-client.crt": "File", f"{pki}/scheduler-client.key": "File",
+                    f"{pki}/ca.crt": "File"}, mounted
+
+
 def test_pods_run_as_a_careful_operator_would_run_them(api_client):
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     templates = {

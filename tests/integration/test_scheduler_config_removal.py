@@ -138,12 +138,48 @@ def left_over(etc: pathlib.Path) -> list[str]:
                   if p.is_file() and (p.name.startswith("scheduler-config") or "tas-backup" in p.parts))
 
 
+def tas_mounts(pod: dict) -> dict[str, tuple[str, str]]:
+    """Volume name -> (host path, type) of the volumes the role added to the scheduler's pod."""
+    return {v["name"]: (v["hostPath"]["path"], v["hostPath"]["type"]) for v in pod["spec"]["volumes"]
+            if v["name"].startswith("tas-")}
+
+
+def expected_mounts(etc: pathlib.Path) -> dict[str, tuple[str, str]]:
+    """The configuration and the three files the scheduler reads, never the directory beside
+    them, which on a control plane holds the CA's and the extender's keys."""
+    return {"tas-config": (str(etc / "scheduler-config.yaml"), "File"),
+            "tas-client-cert": (str(etc / "pki" / "scheduler-client.crt"), "File"),
+            "tas-client-key": (str(etc / "pki" / "scheduler-client.key"), "File"),
+            "tas-ca": (str(etc / "pki" / "ca.crt"), "File")}
+
+
+def test_an_install_of_an_earlier_release_stops_mounting_the_certificates_directory(control_plane, healthz_url):
+    """0.2.0 mounted the whole certificates directory (tas-pki) into the scheduler's pod."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    pod = yaml.safe_load(KUBEADM_MANIFEST)
+    pod["spec"]["containers"][0]["volumeMounts"] += [
+        {"name": "tas-config", "mountPath": str(control_plane / "scheduler-config.yaml"), "readOnly": True},
+        {"name": "tas-pki", "mountPath": str(control_plane / "pki"), "readOnly": True}]
+    pod["spec"]["volumes"] += [
+        {"name": "tas-config", "hostPath": {"path": str(control_plane / "scheduler-config.yaml"), "type": "File"}},
+        {"name": "tas-pki", "hostPath": {"path": str(control_plane / "pki"), "type": "Directory"}}]
+    manifest.write_text(yaml.safe_dump(pod))
+    (control_plane / "scheduler-config.yaml").write_text("{}\n")
+
+    run_role(control_plane, healthz_url, "present")
+    upgraded = yaml.safe_load(manifest.read_text())
+    assert tas_mounts(upgraded) == expected_mounts(control_plane)
+    assert {m["name"] for m in upgraded["spec"]["containers"][0]["volumeMounts"] if m["name"].startswith("tas-")} \
+        == set(expected_mounts(control_plane))
+
+
 def test_install_keeps_kubeadm_manifest_and_removal_puts_it_back(control_plane, healthz_url):
     manifest = control_plane / "manifests" / "kube-scheduler.yaml"
     run_role(control_plane, healthz_url, "present")
     pod = yaml.safe_load(manifest.read_text())
     assert f"--config={control_plane / 'scheduler-config.yaml'}" in pod["spec"]["containers"][0]["command"]
     assert (control_plane / "tas-backup" / "kube-scheduler.yaml").read_text() == KUBEADM_MANIFEST
+    assert tas_mounts(pod) == expected_mounts(control_plane)
 
     # A second install (a changed setting rewrites the configuration) keeps the first copy.
     run_role(control_plane, healthz_url, "present")
