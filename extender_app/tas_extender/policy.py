@@ -31,6 +31,10 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_PREFIX = "telemetry.aware.scheduling."
+# Audit mode is an annotation, not a spec field: TAS's CRD and TAS itself accept the same object
+# (TAS ignores the annotation and enforces), and switching needs no schema change.
+ENFORCEMENT_ANNOTATION = "telemetry.intel.com/enforcement"
+ENFORCEMENTS = ("enforce", "audit")
 
 
 class Rule(BaseModel):
@@ -98,10 +102,16 @@ class Policy:
     spec: PolicySpec
     generation: int = 0
     warnings: tuple[PolicyWarning, ...] = ()
+    enforcement: str = "enforce"  # one of ENFORCEMENTS
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def audit(self) -> bool:
+        """Decisions are computed and reported, never enforced (no filtering, scores or labels)."""
+        return self.enforcement == "audit"
 
     def strategy(self, name: str) -> Strategy | None:
         """One of STRATEGIES, or None when the policy lacks it; other names are never used."""
@@ -220,6 +230,18 @@ def _labeling_problems(name: str, strategy: Strategy) -> Iterator[tuple[str, str
                        f"labels on that node; here the first of them that is broken sets it")
 
 
+def enforcement_of(meta: dict) -> str:
+    """One of ENFORCEMENTS, from the policy's annotation; absent or empty: enforce."""
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise PolicyError("metadata.annotations", "must be an object")
+    value = annotations.get(ENFORCEMENT_ANNOTATION) or "enforce"
+    if value not in ENFORCEMENTS:
+        raise PolicyError(f"metadata.annotations.{ENFORCEMENT_ANNOTATION}",
+                          f"must be one of {', '.join(ENFORCEMENTS)}, got {_short(value)}")
+    return value
+
+
 def parse_policy(obj: Any) -> Policy:
     """A TASPolicy object (as the API server or a YAML file has it) to a Policy."""
     if not isinstance(obj, dict):
@@ -236,9 +258,10 @@ def parse_policy(obj: Any) -> Policy:
     generation = meta.get("generation") or 0
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise PolicyError("metadata.generation", f"must be an integer, got {_short(generation)}")
+    enforcement = enforcement_of(meta)
     spec = parse_spec(obj.get("spec"))
     return Policy(namespace=namespace, name=name, spec=spec, generation=generation,
-                  warnings=policy_warnings(name, spec))
+                  warnings=policy_warnings(name, spec), enforcement=enforcement)
 
 
 def _short(value: object, limit: int = 80) -> str:
