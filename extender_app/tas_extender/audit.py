@@ -73,9 +73,7 @@ class _Pending:
     namespace: str
     name: str
     uid: str
-    policy: Policy
-    failed: Mapping[str, str]
-    total: int
+    message: str  # written when queued: at most MESSAGE_BYTES, however many nodes failed
 
 
 class PodEvents:
@@ -110,7 +108,7 @@ class PodEvents:
             if len(self._reported) > self._remembered:
                 self._reported.popitem(last=False)
             try:
-                self._queue.put_nowait(_Pending(marker, namespace, name, uid, policy, failed, total))
+                self._queue.put_nowait(_Pending(marker, namespace, name, uid, message(policy, failed, total)))
             except queue.Full:
                 del self._reported[marker]  # a later attempt of the pod may report it
                 self.dropped += 1
@@ -130,7 +128,7 @@ class PodEvents:
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pending.name,
                                "namespace": pending.namespace, **({"uid": pending.uid} if pending.uid else {})},
             "reason": REASON, "type": "Normal",
-            "message": message(pending.policy, pending.failed, pending.total),
+            "message": pending.message,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
             "source": {"component": "tas-extender"},
         }

@@ -203,6 +203,8 @@ class Controller:
                 log.warning("policy %s is invalid: %s", key, error)
                 invalid[key] = error
                 continue
+            if policy.audit:
+                log.info("policy %s is in audit mode: reported, not enforced", key)
             for warning in policy.warnings:
                 log.warning("policy %s: %s", key, warning)
             valid.append(policy)
