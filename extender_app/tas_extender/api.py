@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from itertools import islice
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -16,14 +17,18 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tas_extender import decision, wire
+from tas_extender import audit, decision, wire
 from tas_extender.engine import Engine
 from tas_extender.load.mode import LoadAware
+from tas_extender.policy import Policy
 from tas_extender.telemetry import Telemetry
 
 log = logging.getLogger("tas_extender.extender")
 JSON = "application/json"
 LOGGED_NODES = 20
+# Told what an audit-mode policy would have filtered for a pod: (pod metadata, policy, node ->
+# reason of the nodes it would have failed, number of candidate nodes). audit.PodEvents is one.
+AuditReport = Callable[[Mapping[str, Any], Policy, Mapping[str, str], int], None]
 
 
 # OpenAPI description of the verbs, for readers and schema-based fuzzing. The routes read the raw
@@ -98,6 +103,19 @@ def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
         log.info("... and %d more nodes violating %s", len(failed) - LOGGED_NODES, policy)
 
 
+def _audit_filter(policy: Policy, pod: Mapping[str, Any], names: list[str], failed: dict[str, str],
+                  telemetry: Telemetry, report: AuditReport | None) -> None:
+    """What a policy in audit mode would have filtered: counted, logged and reported; nothing is filtered."""
+    telemetry.audit_decisions.labels(policy.key, "would_fail").inc(len(failed))
+    telemetry.audit_decisions.labels(policy.key, "would_pass").inc(len(names) - len(failed))
+    if log.isEnabledFor(logging.INFO):
+        log.info("audit: %s would filter %d of %d node(s) for pod %s/%s%s", policy.key, len(failed), len(names),
+                 pod.get("namespace") or "default", pod.get("name") or "?",
+                 f": {audit.listing(policy, failed, LOGGED_NODES)}" if failed else "")
+    if report is not None:
+        report(pod, policy, failed, len(names))
+
+
 def add_health_routes(app: FastAPI, engine: Engine, readiness: Callable[[], list[str]]) -> None:
     """GET /healthz (the process answers) and GET /readyz (it can decide) on `app`."""
 
@@ -136,9 +154,10 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                readiness: Callable[[], list[str]],
                on_shutdown: Callable[[], None] | None = None,
                load: LoadAware | None = None, load_weight: float = 1.0,
-               decided: Callable[[], bool] = lambda: True) -> FastAPI:
+               decided: Callable[[], bool] = lambda: True, audit_events: AuditReport | None = None) -> FastAPI:
     """The ASGI app; `readiness` returns what is not ready yet (empty when ready); `decided`
-    says whether the decisions stand on the policies and their metrics yet (see filter).
+    says whether the decisions stand on the policies and their metrics yet (see filter);
+    `audit_events` is told what each audit-mode policy would have filtered.
 
     `on_shutdown` runs when the server stops (uvicorn re-raises SIGTERM after that, so code
     after the server's run() would never run).
@@ -180,6 +199,9 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
             return _json({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
                           "Error": NOT_DECIDED})
         policy = engine.policy_for(args.pod)
+        if policy is not None and policy.audit:
+            _audit_filter(policy, args.pod, args.names, engine.failed(policy, args.names), telemetry, audit_events)
+        policy = decision.enforced(policy)
         failed = decision.filter_nodes(args.pod, args.names, engine.failed(policy, args.names) if policy else {},
                                        load.state() if load is not None else None)
         if policy and log.isEnabledFor(logging.INFO):
@@ -194,7 +216,7 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
     async def prioritize(request: Request) -> Response:
         start = time.perf_counter()
         args = wire.parse(await _read_body(request, max_body_bytes))
-        names, policy = args.names, engine.policy_for(args.pod)
+        names, policy = args.names, decision.enforced(engine.policy_for(args.pod))
         scores = decision.prioritize(args.pod, names, engine.scores(policy, names) if policy else None,
                                      load.state() if load is not None else None, load_weight)
         telemetry.decisions.labels("prioritize", "scored").inc(len(names))

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # imported where used: `crd` and `evaluate` need neither a se
     from fastapi import FastAPI
     from kubernetes.client import ApiClient
 
+    from tas_extender.audit import PodEvents
     from tas_extender.cache import MetricCache
     from tas_extender.controller import Controller
     from tas_extender.engine import Engine
@@ -192,6 +193,7 @@ class ClusterParts:
     elector: LeaseElector | None = None
     load: LoadAware | None = None
     annotator: Annotator | None = None
+    audit_events: PodEvents | None = None  # pod Events of audit-mode policies
 
 
 def _kube_client(kubeconfig: str | None) -> ApiClient:
@@ -251,7 +253,9 @@ def _load_policy(args: argparse.Namespace, api_client: ApiClient | None) -> Load
 
 def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine: Engine, telemetry: Telemetry,
                          load_policy: LoadPolicy | None) -> ClusterParts:
-    """Leader election, then the controller's watches, with the load-aware parts it feeds."""
+    """Leader election, then the controller's watches, with the load-aware parts it feeds,
+    and the thread that records audit-mode policies' pod Events."""
+    from tas_extender.audit import PodEvents
     from tas_extender.controller import Controller
     from tas_extender.leader import LeaseElector
 
@@ -276,7 +280,9 @@ def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine
                                   controller.all_annotations, controller.core.patch_node,
                                   hot_value=load.hot_value)
     controller.start(policies=not args.policy_file, pods=load)
-    return ClusterParts(controller, elector, load, annotator)
+    audit_events = PodEvents(controller.core)
+    audit_events.start()
+    return ClusterParts(controller, elector, load, annotator, audit_events)
 
 
 def _not_ready(store: PolicyStore, cache: MetricCache, source: MetricSource,
@@ -299,6 +305,8 @@ def _shutdown(sync: SyncLoop, cluster: ClusterParts) -> None:
     sync.stop()
     if cluster.controller is not None:
         cluster.controller.stop.set()
+    if cluster.audit_events is not None:
+        cluster.audit_events.stop()
     if cluster.elector is not None:
         cluster.elector.release()
 
@@ -379,7 +387,8 @@ def serve(args: argparse.Namespace) -> int:
     readiness = functools.partial(_not_ready, store, cache, source, cluster.controller, sync.decided)
     app = create_app(engine, telemetry, args.max_body_bytes, readiness,
                      on_shutdown=functools.partial(_shutdown, sync, cluster),
-                     load=cluster.load, load_weight=args.load_weight, decided=sync.decided)
+                     load=cluster.load, load_weight=args.load_weight, decided=sync.decided,
+                     audit_events=cluster.audit_events)
     _run_servers(args, app, create_health_app(engine, readiness) if args.health_port else None)
     return 0
 

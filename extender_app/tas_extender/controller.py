@@ -14,7 +14,7 @@ from kubernetes import client, watch
 
 from tas_extender.engine import Engine
 from tas_extender.load.mode import LoadAware
-from tas_extender.policy import GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
+from tas_extender.policy import ENFORCEMENT_ANNOTATION, GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
 from tas_extender.strategies import deschedule, labeling
 from tas_extender.telemetry import Telemetry
 
@@ -96,6 +96,41 @@ def _violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
                 "message": "no node violates the deschedule rules"}
     return {"type": "Violating", "status": "True", "reason": "NodesViolating",
             "message": f"{len(nodes)} node(s) violate the deschedule rules: {' '.join(nodes)}"}
+
+
+def _names(nodes: list[str], shown: int = 10) -> str:
+    more = f" and {len(nodes) - shown} more" if len(nodes) > shown else ""
+    return f": {' '.join(nodes[:shown])}{more}" if nodes else ""
+
+
+def _enforced_condition(policy: Policy, filtered: list[str], violating: list[str],
+                        labelled: list[str]) -> dict[str, str]:
+    """The Enforced condition of a policy in audit mode: what it would do to the nodes now.
+
+    Only audit policies carry it; the lists are sorted, so the message changes only with them.
+    """
+    would = []
+    if policy.strategy("dontschedule") is not None:
+        would.append(f"filter {len(filtered)} node(s) (dontschedule){_names(filtered)}")
+    if policy.strategy("deschedule") is not None:
+        would.append(f"label {len(violating)} node(s) violating (deschedule){_names(violating)}")
+    if policy.strategy("labeling") is not None:
+        would.append(f"set labels on {len(labelled)} node(s) (labeling){_names(labelled)}")
+    if policy.strategy("scheduleonmetric") is not None:
+        would.append("score the nodes (scheduleonmetric)")
+    return {"type": "Enforced", "status": "False", "reason": "Audit",
+            "message": f"audit mode (annotation {ENFORCEMENT_ANNOTATION}=audit): decisions are reported, "
+                       "not enforced; if enforced it would now " + ("; ".join(would) or "do nothing")}
+
+
+def _unchanged(current: Policy | None, meta: dict) -> bool:
+    """Whether `meta` describes the policy the store holds: the same generation (so the same
+    spec) and the same enforcement (an annotation edit does not bump the generation)."""
+    if current is None or not current.generation or current.generation != meta.get("generation"):
+        return False
+    annotations = meta.get("annotations") or {}
+    return isinstance(annotations, dict) and current.enforcement == (annotations.get(ENFORCEMENT_ANNOTATION)
+                                                                     or "enforce")
 
 
 def _warning_condition(policy: Policy, shown: int = 5) -> dict[str, str] | None:
@@ -195,8 +230,7 @@ class Controller:
         meta = obj.get("metadata", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         self._objects[key] = obj
-        current = self.store.get(meta.get("namespace"), meta.get("name"))
-        if current is not None and current.generation and current.generation == meta.get("generation"):
+        if _unchanged(self.store.get(meta.get("namespace"), meta.get("name")), meta):
             return  # our own status write: the spec, and so the decisions, did not change
         try:
             policy = parse_policy(obj)
@@ -204,9 +238,9 @@ class Controller:
             log.warning("policy %s is invalid: %s", key, error)
             self.store.put_invalid(key, error)
             return
-        log.info("registering policy %s (%s)", key,
+        log.info("registering policy %s (%s)%s", key,
                  " ".join(s for s in ("scheduleonmetric", "dontschedule", "deschedule", "labeling")
-                          if policy.strategy(s)))
+                          if policy.strategy(s)), " in audit mode: reported, not enforced" if policy.audit else "")
         for warning in policy.warnings:
             log.warning("policy %s: %s", key, warning)
         self.store.put(policy)
@@ -224,6 +258,8 @@ class Controller:
                 log.warning("policy %s is invalid: %s", key, error)
                 invalid[key] = error
                 continue
+            if policy.audit:
+                log.info("policy %s is in audit mode: reported, not enforced", key)
             for warning in policy.warnings:
                 log.warning("policy %s: %s", key, warning)
             valid.append(policy)
@@ -322,20 +358,24 @@ class Controller:
 
     # --- reconciliation -----------------------------------------------------------------
 
-    def desired_labels(self) -> Desired:
-        """The labels every valid policy wants on each node, its violating nodes, and the
-        policies that set none because another namespace's policy holds their name."""
-        snapshot = self.engine.view.snapshot
+    def _node_names(self) -> list[str]:
         with self._nodes_lock:
-            names = sorted(self.nodes)
+            return sorted(self.nodes)
+
+    def desired_labels(self) -> Desired:
+        """The labels every enforced policy wants on each node, the violating nodes of every valid
+        policy (an audit policy's are reported, never labelled), and the policies that set none
+        because another namespace's policy holds their name."""
+        snapshot = self.engine.view.snapshot
+        names = self._node_names()
         policies = self.store.policies()
         desired = Desired(labels={n: {} for n in names}, violating={},
                           not_set={key: [("NameTaken", why)] for key, why in shadowed_policies(policies).items()})
         for policy in policies:
             bad = deschedule.violating_nodes(policy, snapshot, names)
             desired.violating[policy.key] = bad
-            if policy.key in desired.not_set:
-                continue
+            if policy.audit or policy.key in desired.not_set:
+                continue  # audit: the descheduler evicts nothing for it; labels set while enforced go
             wanted = {node: {deschedule.label_key(policy): deschedule.VIOLATING} for node in bad}
             for node, labels in labeling.node_labels(policy, snapshot, names).items():
                 wanted.setdefault(node, {}).update(labels)
@@ -386,6 +426,14 @@ class Controller:
         self._report_not_set(desired.not_set)
         self._write_statuses(desired.violating, desired.not_set)
 
+    def audit_condition(self, policy: Policy, violating: list[str]) -> dict[str, str] | None:
+        """The Enforced condition of a policy in audit mode, from the current metrics; None when enforced."""
+        if not policy.audit:
+            return None
+        names = self._node_names()
+        return _enforced_condition(policy, sorted(self.engine.failed(policy, names)), violating,
+                                   sorted(labeling.node_labels(policy, self.engine.view.snapshot, names)))
+
     def _report_not_set(self, not_set: dict[str, list[tuple[str, str]]]) -> None:
         """Log each reason a policy's labels are not set once, when it first appears."""
         current = {(key, why) for key, reasons in not_set.items() for _, why in reasons}
@@ -419,8 +467,10 @@ class Controller:
             if policy is not None and unset is not None:
                 for reason, why in not_set[key]:
                     self._event(obj, generation, reason, why)
+            audited = self.audit_condition(policy, nodes) if policy is not None else None
             content = (condition["status"], condition["message"], tuple(nodes), generation,
-                       warned["message"] if warned else None, unset["message"] if unset else None)
+                       warned["message"] if warned else None, unset["message"] if unset else None,
+                       audited["message"] if audited else None)
             last = self._status_written.get(key)
             if last and last[0] == content and now - last[1] < STATUS_REFRESH_SECONDS:
                 continue
@@ -431,6 +481,8 @@ class Controller:
                     conditions.append(warned)
                 if unset is not None:
                     conditions.append(unset)
+                if audited is not None:
+                    conditions.append(audited)
             old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
             for entry in conditions:
                 previous = old.get(entry["type"])

@@ -11,6 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tas_extender.load.decide import LoadState, combine, is_daemonset_pod, load_failed, load_scores
+from tas_extender.policy import Policy
+
+
+def enforced(policy: Policy | None) -> Policy | None:
+    """The policy the scheduler's answers follow: none for a policy in audit mode, whose
+    verdicts are reported, not enforced (the pod is answered as one without a policy)."""
+    return None if policy is None or policy.audit else policy
 
 
 def filter_nodes(pod_metadata: Mapping[str, Any] | None, nodes: Sequence[str], policy_failed: dict[str, str],

@@ -18,7 +18,8 @@ def _verdicts(nodes: Sequence[str], failed: dict[str, str]) -> dict[str, dict]:
 def evaluate(policies: Iterable[Policy], snapshot: Snapshot, nodes: Sequence[str],
              fail_closed: bool = False, load: LoadState | None = None, load_weight: float = 1.0) -> dict:
     """With `load`, each policy also gets `request` (what the scheduler's filter and prioritize
-    calls answer for a pod with that policy) and the document gets `load` (for a pod without one)."""
+    calls answer for a pod with that policy) and the document gets `load` (for a pod without one).
+    A policy in audit mode gets `"enforcement": "audit"`: its decisions are what it would do."""
     out: dict[str, dict] = {}
     for policy in policies:
         failed = dontschedule.failed_nodes(policy, snapshot, nodes, fail_closed)
@@ -32,9 +33,12 @@ def evaluate(policies: Iterable[Policy], snapshot: Snapshot, nodes: Sequence[str
             "violating": violating,
             "labels": {node: labels[node] for node in sorted(labels)},
         }
+        if policy.audit:
+            out[policy.key]["enforcement"] = policy.enforcement
         if load is not None:
-            answered = decision.filter_nodes(None, nodes, dict(failed), load)
-            own = scheduleonmetric.score_list(policy, snapshot, nodes)
+            enforced = decision.enforced(policy)
+            answered = decision.filter_nodes(None, nodes, dict(failed) if enforced else {}, load)
+            own = scheduleonmetric.score_list(enforced, snapshot, nodes) if enforced else None
             scores = decision.prioritize(None, nodes, own, load, load_weight)
             out[policy.key]["request"] = {"filter": _verdicts(nodes, answered),
                                           "scores": dict(zip(nodes, scores, strict=True))}

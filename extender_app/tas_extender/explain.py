@@ -4,7 +4,8 @@ The verdicts and scores come from the functions the server answers with (`decisi
 `strategies/`), from the same inputs: the pod's metadata, its TASPolicy, the metric samples
 (kept while younger than the maximum age) and, in load mode, the nodes' load annotations and
 recent bindings. What this adds is the evidence: each metric's value and age per node, and in
-load mode the load values and the hot value.
+load mode the load values and the hot value. For a policy in audit mode the answers are the
+server's (it enforces nothing) and each node also shows what enforcing the policy would do.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class NodeAnswer:
     metrics: dict[str, Reading] = field(default_factory=dict)
     load: dict[str, float] | None = None  # fresh load values, in load mode
     hot_value: int | None = None
+    would_fail: str = ""  # audit mode: why the policy would filter the node if it were enforced
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Explanation:
     policy: str | None  # namespace/name of the pod's TASPolicy
     note: str  # what decides this pod, in a sentence
     nodes: dict[str, NodeAnswer]
+    audit: bool = False  # the pod's policy is in audit mode
 
     def as_dict(self) -> dict[str, Any]:
         def node(answer: NodeAnswer) -> dict[str, Any]:
@@ -55,10 +58,15 @@ class Explanation:
                                 "used": r.used} for m, r in answer.metrics.items()}}
             if answer.load is not None:
                 out["load"], out["hot_value"] = answer.load, answer.hot_value
+            if self.audit:
+                out["would_fail"] = answer.would_fail
             return out
 
-        return {"pod": self.pod, "policy": self.policy, "note": self.note,
-                "nodes": {name: node(answer) for name, answer in self.nodes.items()}}
+        document = {"pod": self.pod, "policy": self.policy, "note": self.note,
+                    "nodes": {name: node(answer) for name, answer in self.nodes.items()}}
+        if self.audit:
+            document["enforcement"] = "audit"
+        return document
 
 
 def _deciding_metrics(policy: Policy) -> list[str]:
@@ -75,10 +83,12 @@ def explain(pod: Mapping[str, Any], policy: Policy | None, samples: Mapping[str,
     `missing_policy` names a policy the pod's label asks for that does not exist (the server
     then treats the pod as having none)."""
     snapshot = Snapshot.build({m: dict(by_node) for m, by_node in samples.items()}, now, max_age)
-    failed = decision.filter_nodes(pod, nodes, dontschedule.failed_nodes(policy, snapshot, nodes, fail_closed)
-                                   if policy else {}, load)
-    scores = decision.prioritize(pod, nodes, scheduleonmetric.score_list(policy, snapshot, nodes) if policy else None,
-                                 load, load_weight)
+    verdicts = dontschedule.failed_nodes(policy, snapshot, nodes, fail_closed) if policy else {}
+    enforced = decision.enforced(policy)  # None in audit mode: the server answers as without a policy
+    failed = decision.filter_nodes(pod, nodes, dict(verdicts) if enforced else {}, load)
+    scores = decision.prioritize(pod, nodes, scheduleonmetric.score_list(enforced, snapshot, nodes)
+                                 if enforced else None, load, load_weight)
+    audit = policy is not None and policy.audit
     metrics = _deciding_metrics(policy) if policy else []
     by_load = load is not None and not is_daemonset_pod(pod)
     answers = {}
@@ -90,14 +100,19 @@ def explain(pod: Mapping[str, Any], policy: Policy | None, samples: Mapping[str,
                 sample.value, now - sample.timestamp, snapshot.get(metric, node) is not None)
         answers[node] = NodeAnswer(node not in failed, failed.get(node, ""), score, readings,
                                    load.values(node) if by_load and load else None,
-                                   load.hot_value(node) if by_load and load else None)
+                                   load.hot_value(node) if by_load and load else None,
+                                   verdicts.get(node, "") if audit else "")
     name = f"{pod.get('namespace') or 'default'}/{pod.get('name') or '?'}"
-    return Explanation(name, policy.key if policy else None, _note(policy, missing_policy, load, pod), answers)
+    return Explanation(name, policy.key if policy else None, _note(policy, missing_policy, load, pod), answers,
+                       audit)
 
 
 def _note(policy: Policy | None, missing: str | None, load: LoadState | None, pod: Mapping[str, Any]) -> str:
     parts = []
-    if policy is not None:
+    if policy is not None and policy.audit:
+        parts.append(f"TASPolicy {policy.key} is in audit mode: not enforced, it filters and scores nothing "
+                     "(as for a pod without a policy); 'would fail' shows what enforcing it would filter")
+    elif policy is not None:
         parts.append(f"TASPolicy {policy.key} decides (dontschedule filters, scheduleonmetric scores)")
     elif missing:
         parts.append(f"the pod names TASPolicy {missing}, which does not exist: no policy applies")
@@ -122,6 +137,8 @@ def render(explanation: Explanation) -> str:
             evidence.append(f"hot={answer.hot_value}")
         if not answer.passed:
             evidence.append(f"({answer.reason})")
+        if answer.would_fail:
+            evidence.append(f"(audit, would fail: {answer.would_fail})")
         lines.append(f"{name:<{width}}  {'pass' if answer.passed else 'FAIL':<6}  {answer.score:>5}  "
                      + " ".join(evidence))
     return "\n".join(lines)

@@ -36,6 +36,10 @@ LABEL_PREFIX = "telemetry.aware.scheduling."
 MAX_NAME_LENGTH = 63
 NAME_LENGTH_WHY = (f"at most {MAX_NAME_LENGTH} characters: the name is the key of the node label "
                    "the deschedule strategy sets, which Kubernetes limits to 63")
+# Audit mode is an annotation, not a spec field: TAS's CRD and TAS itself accept the same object
+# (TAS ignores the annotation and enforces), and switching needs no schema change.
+ENFORCEMENT_ANNOTATION = "telemetry.intel.com/enforcement"
+ENFORCEMENTS = ("enforce", "audit")
 
 
 class Rule(BaseModel):
@@ -104,10 +108,16 @@ class Policy:
     generation: int = 0
     warnings: tuple[PolicyWarning, ...] = ()
     created: str = ""  # metadata.creationTimestamp: the oldest of same-named policies owns their labels
+    enforcement: str = "enforce"  # one of ENFORCEMENTS
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def audit(self) -> bool:
+        """Decisions are computed and reported, never enforced (no filtering, scores or labels)."""
+        return self.enforcement == "audit"
 
     def strategy(self, name: str) -> Strategy | None:
         """One of STRATEGIES, or None when the policy lacks it; other names are never used."""
@@ -226,6 +236,18 @@ def _labeling_problems(name: str, strategy: Strategy) -> Iterator[tuple[str, str
                        f"labels on that node; here the first of them that is broken sets it")
 
 
+def enforcement_of(meta: dict) -> str:
+    """One of ENFORCEMENTS, from the policy's annotation; absent or empty: enforce."""
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise PolicyError("metadata.annotations", "must be an object")
+    value = annotations.get(ENFORCEMENT_ANNOTATION) or "enforce"
+    if value not in ENFORCEMENTS:
+        raise PolicyError(f"metadata.annotations.{ENFORCEMENT_ANNOTATION}",
+                          f"must be one of {', '.join(ENFORCEMENTS)}, got {_short(value)}")
+    return value
+
+
 def parse_policy(obj: Any) -> Policy:
     """A TASPolicy object (as the API server or a YAML file has it) to a Policy."""
     if not isinstance(obj, dict):
@@ -244,10 +266,11 @@ def parse_policy(obj: Any) -> Policy:
     generation = meta.get("generation") or 0
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise PolicyError("metadata.generation", f"must be an integer, got {_short(generation)}")
+    enforcement = enforcement_of(meta)
     spec = parse_spec(obj.get("spec"))
     created = meta.get("creationTimestamp") or ""
     return Policy(namespace=namespace, name=name, spec=spec, generation=generation,
-                  warnings=policy_warnings(name, spec), created=str(created))
+                  warnings=policy_warnings(name, spec), enforcement=enforcement, created=str(created))
 
 
 def _short(value: object, limit: int = 80) -> str:

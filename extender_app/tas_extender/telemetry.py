@@ -15,6 +15,10 @@ class Telemetry:
         self.decisions = Counter(
             "tas_extender_decisions_total", "Nodes passed or failed by filter, and nodes scored",
             ["verb", "result"], registry=self.registry)
+        self.audit_decisions = Counter(
+            "tas_extender_audit_decisions_total",
+            "Nodes an audit-mode policy would have failed or passed in filter (none is filtered)",
+            ["policy", "result"], registry=self.registry)
         self.bad_requests = Counter(
             "tas_extender_bad_requests_total", "Requests refused with a 4xx", ["verb", "status"],
             registry=self.registry)
