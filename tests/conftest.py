@@ -36,5 +36,9 @@ def namespace(api_client) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
     name = f"tas-test-{os.getpid()}-{time.monotonic_ns() % 10**8}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # The API server refuses pods until the namespace's default ServiceAccount exists, which the
+    # controller-manager creates just after the namespace: tests create pods at once.
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 60,
+             f"the default ServiceAccount of namespace {name}")
     yield name
     core.delete_namespace(name)
