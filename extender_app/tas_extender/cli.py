@@ -252,13 +252,15 @@ def _load_policy(args: argparse.Namespace, api_client: ApiClient | None) -> Load
 def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine: Engine, telemetry: Telemetry,
                          load_policy: LoadPolicy | None) -> ClusterParts:
     """Leader election, then the controller's watches, with the load-aware parts it feeds."""
+    from kubernetes import client
+
     from tas_extender.controller import Controller
     from tas_extender.leader import LeaseElector
 
     elector = load = annotator = None
     if args.leader_elect:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        elector = LeaseElector(api_client, args.lease_namespace, args.lease_name, identity)
+        elector = LeaseElector(client.CoordinationV1Api(api_client), args.lease_namespace, args.lease_name, identity)
         elector.start()
     controller = Controller(api_client, engine, telemetry,
                             is_leader=lambda: elector is None or elector.is_leader)
