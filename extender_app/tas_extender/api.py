@@ -150,7 +150,10 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         if on_shutdown is not None:
             await asyncio.to_thread(on_shutdown)
 
-    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+    # The OpenAPI description stays in the app (app.openapi(), for the fuzzing tests) but is not
+    # served: a caller with a client certificate needs no map of the routes.
+    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
