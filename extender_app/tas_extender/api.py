@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from tas_extender import audit, decision, wire
 from tas_extender.engine import Engine
@@ -168,7 +169,10 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
         if on_shutdown is not None:
             await asyncio.to_thread(on_shutdown)
 
-    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+    # The OpenAPI description stays in the app (app.openapi(), for the fuzzing tests) but is not
+    # served: a caller with a client certificate needs no map of the routes.
+    app = FastAPI(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -177,6 +181,12 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         return _json({"Error": str(exc)}, 400)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        # The client left before its body was read, or was too slow with it (deadlines.py): no
+        # one reads this answer, and it is no error of ours to log with a traceback.
+        return Response(status_code=400)
 
     @app.exception_handler(wire.BadRequest)
     async def _bad_request(request: Request, exc: wire.BadRequest) -> Response:

@@ -44,6 +44,13 @@ if TYPE_CHECKING:  # imported where used: `crd` and `evaluate` need neither a se
 
 log = logging.getLogger("tas_extender")
 
+# Connection caps (uvicorn's limit_concurrency: beyond it, requests are answered 503). The
+# scheduler keeps one or two connections per kube-scheduler and the kubelet's probes one each,
+# so both sit far above what is used; both together stay under the 1024 open files a process is
+# often allowed, so the cap answers 503 before accept() fails and stops the probes too.
+MAX_CONNECTIONS = 512
+HEALTH_MAX_CONNECTIONS = 64
+
 
 def duration(text: str) -> float:
     """A positive flag duration: a Go duration (2s, 1m30s, 500ms) or a plain number of seconds."""
@@ -56,6 +63,17 @@ def duration(text: str) -> float:
             raise argparse.ArgumentTypeError(str(error)) from None
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be positive and finite")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A flag's whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
 
 
@@ -115,6 +133,15 @@ def _parser() -> argparse.ArgumentParser:
                        help="older values count as missing (default: 3 sync periods, at least 30s)")
     serve.add_argument("--missing-metrics", choices=["fail-open", "fail-closed"], default="fail-open")
     serve.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
+    serve.add_argument("--header-timeout", type=duration, default=10.0,
+                       help="close a connection whose request head is not complete this long after it opened "
+                            "(or after the head began, when kept alive): slow clients (10s)")
+    serve.add_argument("--body-timeout", type=duration, default=10.0,
+                       help="close a connection whose request body is not complete this long after its head (10s)")
+    serve.add_argument("--max-connections", type=positive_int, default=MAX_CONNECTIONS,
+                       help=f"open connections (or requests in progress) on the extender's port beyond which "
+                            f"requests are answered 503 ({MAX_CONNECTIONS}; the health port allows "
+                            f"{HEALTH_MAX_CONNECTIONS})")
     serve.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "telemetry-aware-scheduling"))
     serve.add_argument("--lease-name", default="tas-extender")
@@ -255,6 +282,8 @@ def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine
                          load_policy: LoadPolicy | None) -> ClusterParts:
     """Leader election, then the controller's watches, with the load-aware parts it feeds,
     and the thread that records audit-mode policies' pod Events."""
+    from kubernetes import client
+
     from tas_extender.audit import PodEvents
     from tas_extender.controller import Controller
     from tas_extender.leader import LeaseElector
@@ -262,7 +291,7 @@ def _start_cluster_parts(args: argparse.Namespace, api_client: ApiClient, engine
     elector = load = annotator = None
     if args.leader_elect:
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        elector = LeaseElector(api_client, args.lease_namespace, args.lease_name, identity)
+        elector = LeaseElector(client.CoordinationV1Api(api_client), args.lease_namespace, args.lease_name, identity)
         elector.start()
     controller = Controller(api_client, engine, telemetry,
                             is_leader=lambda: elector is None or elector.is_leader)
@@ -317,15 +346,24 @@ def _tls_context_hook(args: argparse.Namespace) -> dict[str, Any]:
             "ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
+def _server_settings(args: argparse.Namespace, port: int, max_connections: int) -> dict[str, Any]:
+    """uvicorn settings of one port: deadlines for slow clients, a connection cap, no WebSocket."""
+    from tas_extender.deadlines import with_deadlines
+
+    # httptools (under the deadlines) and uvloop, not uvicorn's pure-Python fallbacks: a third
+    # less time per call.
+    return {"host": args.host, "port": port, "log_level": args.log_level, "loop": "uvloop", "ws": "none",
+            "http": with_deadlines(args.header_timeout, args.body_timeout),
+            "limit_concurrency": max_connections, "timeout_keep_alive": 60}
+
+
 def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | None) -> None:
     """The extender's server (mutual TLS unless --unsafe) and the plain-HTTP health one, until
     SIGTERM or SIGINT."""
     import uvicorn
 
-    # httptools and uvloop, not uvicorn's pure-Python fallbacks: a third less time per call.
-    settings: dict[str, Any] = {"host": args.host, "port": args.port, "log_level": args.log_level,
-                                "http": "httptools", "loop": "uvloop",
-                                "access_log": args.log_level == "debug", "timeout_keep_alive": 60}
+    settings = _server_settings(args, args.port, args.max_connections)
+    settings["access_log"] = args.log_level == "debug"
     if args.unsafe:
         log.warning("!!! --unsafe: serving plain HTTP WITHOUT TLS or client authentication; "
                     "any process that reaches port %d can query the extender. Use for tests only. !!!",
@@ -342,8 +380,7 @@ def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | N
     servers = [uvicorn.Server(config)]
     if health_app is not None:
         servers.append(_quiet_server(uvicorn.Config(
-            health_app, host=args.host, port=args.health_port,
-            log_level=args.log_level, http="httptools", loop="uvloop", access_log=False)))
+            health_app, **_server_settings(args, args.health_port, HEALTH_MAX_CONNECTIONS), access_log=False)))
     with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
         runner.run(_serve_together(servers))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from tas_extender.backoff import Backoff
 from tas_extender.engine import Engine
 from tas_extender.load.mode import LoadAware
 from tas_extender.policy import ENFORCEMENT_ANNOTATION, GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
@@ -171,12 +172,17 @@ def _list_version(listing: Any) -> str:
 
 
 def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Callable,
-                   stop: threading.Event, watch_seconds: int = 300) -> None:
+                   stop: threading.Event, watch_seconds: int = 300, backoff: Backoff | None = None,
+                   sleep: Callable[[float], object] | None = None) -> None:
     """List once, then watch from the last resourceVersion seen; list again only after 410 Gone.
 
     A watch the server ends (its timeout) or a dropped connection (an API server restart)
-    resumes from where it was, so nodes are not listed again every few minutes.
+    resumes from where it was, so nodes are not listed again every few minutes. Failures are
+    retried after `backoff`'s waits (by `sleep`, stop.wait unless given), from its base again
+    once a list or an event comes through.
     """
+    backoff = backoff or Backoff()
+    sleep = sleep or stop.wait
     version: str | None = None
     while not stop.is_set():
         try:
@@ -184,12 +190,14 @@ def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Ca
                 listing = list_fn()
                 on_list(listing["items"] if isinstance(listing, dict) else listing.items)
                 version = _list_version(listing)
+                backoff.reset()
             w = watch.Watch()
             for event in w.stream(list_fn, resource_version=version, timeout_seconds=watch_seconds,
                                   allow_watch_bookmarks=True):
                 if stop.is_set():
                     w.stop()
                     return
+                backoff.reset()
                 if event["type"] != "BOOKMARK":
                     on_event(event["type"], event["object"])
                 version = w.resource_version or version
@@ -198,11 +206,13 @@ def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Ca
                 log.info("%s watch: resourceVersion %s expired; listing again", name, version)
                 version = None
             else:
-                log.warning("%s watch: %s %s; retrying", name, error.status, error.reason)
-                stop.wait(1)
+                delay = backoff.next()
+                log.warning("%s watch: %s %s; retrying in %.1f s", name, error.status, error.reason, delay)
+                sleep(delay)
         except Exception as error:  # noqa: BLE001 - API server restarts: back off and resume
-            log.warning("%s watch: %s; retrying", name, error)
-            stop.wait(1)
+            delay = backoff.next()
+            log.warning("%s watch: %s; retrying in %.1f s", name, error, delay)
+            sleep(delay)
 
 
 class Controller:

@@ -1,10 +1,17 @@
-"""Leader election with a coordination.k8s.io/v1 Lease: only the leader writes labels and status."""
+"""Leader election with a coordination.k8s.io/v1 Lease: only the leader writes labels and status.
+
+As client-go's leaderelection: another holder's Lease expires when its duration has passed on
+this process's own monotonic clock since the Lease was last seen to change, never by comparing
+its renewTime with this host's wall clock, which may be skewed from the holder's.
+"""
 
 from __future__ import annotations
 
 import datetime
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from kubernetes import client
 
@@ -16,12 +23,17 @@ def _now() -> datetime.datetime:
 
 
 class LeaseElector:
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, identity: str,
-                 lease_seconds: int = 15, renew_seconds: float = 5.0):
-        self.api = client.CoordinationV1Api(api_client)
+    def __init__(self, api: client.CoordinationV1Api, namespace: str, name: str, identity: str,
+                 lease_seconds: int = 15, renew_seconds: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.api = api
         self.namespace, self.name, self.identity = namespace, name, identity
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
+        self.clock = clock
         self.is_leader = False
+        # The Lease as last seen (holder, renewTime, resourceVersion) and when, by `clock`.
+        self._observed: tuple[object, ...] | None = None
+        self._observed_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -30,6 +42,14 @@ class LeaseElector:
         return client.V1LeaseSpec(holder_identity=self.identity, lease_duration_seconds=self.lease_seconds,
                                   acquire_time=acquired or now, renew_time=now,
                                   lease_transitions=transitions)
+
+    def _observe(self, lease: client.V1Lease) -> None:
+        """Note the time if the Lease changed since last seen: its expiry counts from then."""
+        spec = lease.spec or client.V1LeaseSpec()
+        version = lease.metadata.resource_version if lease.metadata else None
+        record = (spec.holder_identity, spec.renew_time, version)
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
 
     def try_acquire(self) -> bool:
         """One round: create, renew or take over the Lease; returns whether we lead."""
@@ -41,24 +61,24 @@ class LeaseElector:
             body = client.V1Lease(metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace),
                                   spec=self._spec(None, 0))
             try:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self._observe(self.api.create_namespaced_lease(self.namespace, body))
                 return True
             except client.ApiException as create_error:
                 if create_error.status == 409:
                     return False
                 raise
+        self._observe(lease)
         spec = lease.spec or client.V1LeaseSpec()  # a Lease without a spec is held by no one
         holder = spec.holder_identity
-        renewed = spec.renew_time or spec.acquire_time
         duration = spec.lease_duration_seconds or self.lease_seconds
-        expired = renewed is None or (_now() - renewed).total_seconds() > duration
+        expired = self.clock() - self._observed_at > duration
         if holder and holder != self.identity and not expired:
             return False
         transitions = (spec.lease_transitions or 0) + (0 if holder == self.identity else 1)
         acquired = spec.acquire_time if holder == self.identity else None
         lease.spec = self._spec(acquired, transitions)
         try:  # replace carries resourceVersion: a concurrent writer makes this fail with 409
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+            self._observe(self.api.replace_namespaced_lease(self.name, self.namespace, lease))
         except client.ApiException as error:
             if error.status == 409:
                 return False

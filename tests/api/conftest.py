@@ -186,3 +186,25 @@ def health_port_server(pki, tmp_path):
     wait_ready(served, verify=pki.client_context())
     yield served, health
     stop(served)
+
+
+@dataclass
+class Guarded:
+    """A served extender with short deadlines for slow clients and a low connection cap."""
+
+    served: Served
+    health_port: int
+    timeout: float  # --header-timeout and --body-timeout
+    max_connections: int  # --max-connections, the extender's port
+
+
+@pytest.fixture(scope="module")
+def guarded_server(pki, tmp_path_factory):
+    health, timeout, max_connections = free_port(), 2.0, 32
+    served = start_serve(tmp_path_factory.mktemp("guarded"), [
+        "--cert", pki.path("server.crt"), "--key", pki.path("server.key"), "--cacert", pki.path("ca.crt"),
+        "--health-port", str(health), "--header-timeout", f"{timeout}s", "--body-timeout", f"{timeout}s",
+        "--max-connections", str(max_connections)])
+    wait_ready(served, verify=pki.client_context())
+    yield Guarded(served, health, timeout, max_connections)
+    stop(served)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from tas_extender.cli import duration
+from tas_extender.cli import MAX_CONNECTIONS, _parser, _server_settings, duration
 from tas_extender.duration import parse_duration
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
@@ -97,6 +97,29 @@ def test_bad_flag_durations_are_refused(text):
     import argparse
     with pytest.raises(argparse.ArgumentTypeError):
         duration(text)
+
+
+SERVE = ["serve", "--unsafe"]
+
+
+@pytest.mark.parametrize(("flags", "header", "body", "connections"), [
+    ([], 10.0, 10.0, MAX_CONNECTIONS),
+    (["--header-timeout", "3s", "--body-timeout", "500ms", "--max-connections", "20"], 3.0, 0.5, 20),
+])
+def test_slow_client_deadlines_and_the_connection_cap_reach_uvicorn(flags, header, body, connections):
+    args = _parser().parse_args([*SERVE, *flags])
+    settings = _server_settings(args, args.port, args.max_connections)
+    assert (settings["http"].header_timeout, settings["http"].body_timeout) == (header, body)
+    assert settings["limit_concurrency"] == connections
+    assert settings["timeout_keep_alive"] > header  # a kept-alive connection outlives the head's deadline
+
+
+@pytest.mark.parametrize("flags", [["--max-connections", "0"], ["--max-connections", "many"],
+                                   ["--header-timeout", "0s"], ["--body-timeout", "-1"]])
+def test_bad_deadlines_and_caps_are_refused(flags, capsys):
+    with pytest.raises(SystemExit):
+        _parser().parse_args([*SERVE, *flags])
+    assert flags[0] in capsys.readouterr().err
 
 
 def test_the_collection_ships_exactly_the_crd_the_model_generates():

@@ -16,6 +16,8 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 APP = REPO / "extender_app"
 # uvicorn imports these itself when given their names: the extender names them, not imports them.
 SERVER_OPTIONS = {"http", "loop"}
+# uvicorn's modules that import a library of their own the extender relies on by subclassing them.
+UVICORN_IMPLEMENTATIONS = {"uvicorn.protocols.http.httptools_impl": "httptools"}
 
 
 def declared() -> dict[str, Requirement]:
@@ -32,6 +34,8 @@ def used_modules() -> set[str]:
                 found |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
+                if node.module in UVICORN_IMPLEMENTATIONS:
+                    found.add(UVICORN_IMPLEMENTATIONS[node.module])
             elif isinstance(node, ast.keyword) and node.arg in SERVER_OPTIONS and isinstance(node.value, ast.Constant):
                 found.add(node.value.value)
             elif isinstance(node, ast.Dict):
