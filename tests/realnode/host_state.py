@@ -25,7 +25,7 @@ SYSCTLS = (
 NODE_DIRS = (
     "/etc/kubernetes", "/etc/tas", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd",
     "/var/lib/etcd", "/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/var/lib/cni",
-    "/run/netns", "/tmp/node-metrics",
+    "/run/netns", "/var/lib/node-exporter",
 )
 
 

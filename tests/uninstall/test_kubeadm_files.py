@@ -26,8 +26,8 @@ def test_etc_kubernetes_is_as_kubeadm_wrote_it():
 
 
 def test_no_certificate_or_metrics_file_is_left_on_any_node():
-    # /etc/tas and /tmp/node-metrics are mount points in the real-node cluster (each node's own
+    # /etc/tas and /var/lib/node-exporter are mount points in the real-node cluster (each node's own
     # directory): they stay, empty.
     left = {str(path.relative_to(NODES)) for node in NODES.iterdir()
-            for flat in ("etc-tas", "tmp-node-metrics") for path in (node / "fs" / flat).rglob("*")}
+            for flat in ("etc-tas", "var-lib-node-exporter") for path in (node / "fs" / flat).rglob("*")}
     assert sorted(left) == []

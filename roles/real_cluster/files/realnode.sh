@@ -21,7 +21,7 @@ set -euo pipefail
 
 # Directories each node has for itself, bind-mounted over the host's in its mount namespace.
 NODE_DIRS=(/etc/kubernetes /etc/tas /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
-  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /tmp/node-metrics)
+  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /var/lib/node-exporter)
 NETNS_PREFIX=tasrn-
 
 changed() { echo changed; }
@@ -127,6 +127,14 @@ node_up() {
     done
     CHANGED=1
   fi
+  # A node made by an older version of this script lacks the directories added since.
+  for dir in "${NODE_DIRS[@]}"; do
+    if ! nsenter --mount="$mnt" -- mountpoint -q "$dir"; then
+      mkdir -p "$fs/$(flat "$dir")" "$dir"
+      nsenter --mount="$mnt" -- mount --bind "$fs/$(flat "$dir")" "$dir"
+      CHANGED=1
+    fi
+  done
   make_cgroup "$cgroup/$name"
   ((CHANGED)) && changed || true
 }

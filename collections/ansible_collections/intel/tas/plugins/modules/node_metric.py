@@ -64,13 +64,13 @@ author:
 EXAMPLES = r"""
 - name: Report node-2 as unhealthy
   intel.tas.node_metric:
-    path: /tmp/node-metrics
+    path: /var/lib/node-exporter
     metrics:
       node_health_metric: 2
 
 - name: Start at health 0 without resetting a value set earlier
   intel.tas.node_metric:
-    path: /tmp/node-metrics
+    path: /var/lib/node-exporter
     metrics:
       node_health_metric: 0
     overwrite: false
@@ -90,7 +90,7 @@ path:
   description: The metrics file.
   type: str
   returned: always
-  sample: /tmp/node-metrics/text.prom
+  sample: /var/lib/node-exporter/text.prom
 """
 
 import math
