@@ -21,6 +21,7 @@ GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
 NODES = ["node-1", "node-2", "node-3"]
 EXTENDER, PROMETHEUS, ADAPTER = "tas-extender", "prometheus-tas", "prometheus-adapter"
 DEADLINE = 90
+EXTENDER_NAMESPACE = "telemetry-aware-scheduling"
 
 
 def _tool(name: str) -> str:
@@ -161,3 +162,16 @@ def wait_seconds_of(condition_holds, seconds: float, message: str) -> None:
     while time.monotonic() < end:
         assert condition_holds(), message
         time.sleep(0.5)
+
+
+def extender_may(api_client, verb: str, group: str, resource: str, subresource: str, namespace: str,
+                 name: str = "") -> bool:
+    """Whether the extender's service account may: a SubjectAccessReview, the question
+    `kubectl auth can-i --as` asks the API server."""
+    account = f"system:serviceaccount:{EXTENDER_NAMESPACE}:tas-extender"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{EXTENDER_NAMESPACE}", "system:authenticated"]
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=account, groups=groups, resource_attributes=client.V1ResourceAttributes(
+            verb=verb, group=group, resource=resource, subresource=subresource or None,
+            namespace=namespace or None, name=name or None)))
+    return client.AuthorizationV1Api(api_client).create_subject_access_review(review).status.allowed

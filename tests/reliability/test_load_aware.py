@@ -10,7 +10,7 @@ import collections
 
 from kubernetes import client
 
-from provisioned import DEADLINE, NODES, run_playbook
+from provisioned import DEADLINE, NODES, extender_may, run_playbook
 from support import wait_for
 
 LOAD = {"node-1": 95, "node-2": 55, "node-3": 10}  # percent, CPU and memory alike
@@ -56,6 +56,9 @@ def test_pods_go_to_the_least_loaded_node_and_a_burst_is_spread(api_client, name
         wait_for(lambda: all((a := annotations(core)[n]).get("cpu_usage_avg_5m", "").startswith(f"{LOAD[n] / 100:.5f},")
                              and MANAGED_KEY in a for n in NODES), DEADLINE, "load annotations on every node")
 
+        # Only now may it watch pods (where they are bound, for crane's hot value).
+        assert extender_may(api_client, "watch", "", "pods", "", "")
+
         # One at a time: each new pod goes to the idle node.
         for i in range(2):
             core.create_namespaced_pod(namespace, bare_pod(namespace, f"single-{i}"))
@@ -76,3 +79,4 @@ def test_pods_go_to_the_least_loaded_node_and_a_burst_is_spread(api_client, name
     # Turned off, the extender takes its annotations off the nodes.
     wait_for(lambda: not any(MANAGED_KEY in a or "cpu_usage_avg_5m" in a for a in annotations(core).values()),
              DEADLINE, "load annotations removed")
+    assert not extender_may(api_client, "watch", "", "pods", "", "")
