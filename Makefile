@@ -18,7 +18,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv cluster cluster-down real-cluster real-cluster-down demo demo-kwok test unit lint integration molecule realnode reliability bench soak clean
+.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-down demo demo-kwok test unit lint integration molecule realnode reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -59,7 +59,14 @@ demo-kwok: cluster ## The same demo on the KWOK cluster, every service on the ho
 	ansible-playbook playbooks/site.yml
 	ansible-playbook playbooks/health_metric_demo.yml
 
-unit: venv ## Unit and API tests (no cluster needed)
+# promtool, with which the unit tests check and fire the alert rules: the distribution's
+# prometheus package, as the KWOK cluster's host-mode Prometheus uses (RUNLEVEL=1: its service
+# is not started).
+prometheus-tools: ## promtool from the distribution's prometheus package (root)
+	command -v promtool >/dev/null || { apt-get update -qq && RUNLEVEL=1 DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+unit: venv prometheus-tools ## Unit and API tests (no cluster needed)
 	pytest tests/unit tests/api
 
 lint: venv ## ansible-lint (production profile), ansible-test sanity and units, changelog lint, collection build checked

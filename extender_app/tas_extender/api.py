@@ -238,8 +238,10 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        now = time.time()
-        for metric, age in engine.cache.ages(now).items():
+        # Only the metrics a live policy uses now: a metric no longer fetched leaves no frozen age.
+        ages = engine.cache.ages(time.time())
+        telemetry.metric_age.clear()
+        for metric, age in ages.items():
             telemetry.metric_age.labels(metric).set(age)
         telemetry.source_up.labels(engine.cache.source.name).set(1 if engine.cache.source_up else 0)
         telemetry.policies.labels("valid").set(len(engine.store.policies()))

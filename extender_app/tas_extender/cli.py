@@ -357,7 +357,8 @@ def _server_settings(args: argparse.Namespace, port: int, max_connections: int) 
             "limit_concurrency": max_connections, "timeout_keep_alive": 60}
 
 
-def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | None) -> None:
+def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | None,
+                 telemetry: Telemetry) -> None:
     """The extender's server (mutual TLS unless --unsafe) and the plain-HTTP health one, until
     SIGTERM or SIGINT."""
     import uvicorn
@@ -376,7 +377,7 @@ def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | N
         from tas_extender.tls import CertificateReloader
 
         config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
-        CertificateReloader(config.ssl, args.cert, args.key, args.cacert).start()
+        CertificateReloader(config.ssl, args.cert, args.key, args.cacert, telemetry.certificates).start()
     servers = [uvicorn.Server(config)]
     if health_app is not None:
         servers.append(_quiet_server(uvicorn.Config(
@@ -426,7 +427,7 @@ def serve(args: argparse.Namespace) -> int:
                      on_shutdown=functools.partial(_shutdown, sync, cluster),
                      load=cluster.load, load_weight=args.load_weight, decided=sync.decided,
                      audit_events=cluster.audit_events)
-    _run_servers(args, app, create_health_app(engine, readiness) if args.health_port else None)
+    _run_servers(args, app, create_health_app(engine, readiness) if args.health_port else None, telemetry)
     return 0
 
 

@@ -34,6 +34,15 @@ class Telemetry:
         self.policies = Gauge(
             "tas_extender_policies", "Policies known to the extender", ["state"],
             registry=self.registry)
+        self.certificate_expiry = Gauge(
+            "tas_extender_certificate_expiry_timestamp_seconds",
+            "When the served certificate, and the CA that clients must be signed by, expire (Unix time)",
+            ["certificate"], registry=self.registry)
         self.label_patches = Counter(
             "tas_extender_node_label_patches_total", "Node label patches sent by the controller",
             registry=self.registry)
+
+    def certificates(self, expiries: dict[str, float]) -> None:
+        """tls.CertificateReloader's report."""
+        for name, when in expiries.items():
+            self.certificate_expiry.labels(name).set(when)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import socket
 import ssl
 import subprocess
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from cryptography import x509
-from support import tas_extender_command
+from support import tas_extender_command, wait_for
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -145,3 +146,22 @@ def test_health_port_answers_probes_without_a_certificate_and_serves_nothing_els
     served.proc.wait(10)
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", health)) != 0
+
+
+def _expiry_metric(url: str, context, certificate: str) -> float | None:
+    text = httpx.get(f"{url}/metrics", verify=context).text
+    found = re.search(rf'^tas_extender_certificate_expiry_timestamp_seconds\{{certificate="{certificate}"\}} (\S+)$',
+                      text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def test_metrics_say_when_the_certificates_expire_and_follow_a_renewal(own_tls_server, pki):
+    served, renew = own_tls_server
+    ca = x509.load_pem_x509_certificate(open(pki.path("ca.crt"), "rb").read())
+    server = x509.load_pem_x509_certificate(open(pki.path("server.crt"), "rb").read())
+    assert _expiry_metric(served.url, pki.client_context(), "ca") == ca.not_valid_after_utc.timestamp()
+    assert _expiry_metric(served.url, pki.client_context(), "serving") == server.not_valid_after_utc.timestamp()
+    time.sleep(1.1)  # the renewed certificate's expiry differs by whole seconds
+    renewed = renew()
+    wait_for(lambda: _expiry_metric(served.url, pki.client_context(), "serving")
+             == renewed.not_valid_after_utc.timestamp(), 15, "the metric to follow the renewed certificate")

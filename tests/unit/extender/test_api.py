@@ -97,6 +97,12 @@ def test_health_readiness_and_metrics(client, request_body):
     assert 'tas_extender_metric_age_seconds{metric="health_metric"}' in text
 
 
+def test_a_metric_no_policy_uses_any_more_has_no_age_series(client, engine):
+    assert 'tas_extender_metric_age_seconds{metric="health_metric"}' in client.get("/metrics").text
+    engine.cache.refresh(set())  # the policy using it is gone: the next sync fetches nothing
+    assert "tas_extender_metric_age_seconds{" not in client.get("/metrics").text
+
+
 def test_metrics_file_changes_are_picked_up_on_the_next_sync(client, engine, metrics_file, request_body):
     metrics_file.write_text('health_metric{node="node-1"} 1\nhealth_metric{node="node-2"} 0\n'
                             'health_metric{node="node-3"} 0\n')
