@@ -18,7 +18,8 @@ WORKERS = ["node-1", "node-2", "node-3"]
 
 
 # A node's own directories, as realnode.sh bind-mounts them from nodes/<node>/fs/.
-NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas", "/tmp/node-metrics": "tmp-node-metrics"}
+NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas",
+             "/var/lib/node-exporter": "var-lib-node-exporter"}
 
 
 def node_path(node: str, path: str) -> pathlib.Path:

@@ -7,6 +7,7 @@ realnode); every node's health is 0 before and after each test.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import socket
@@ -21,7 +22,7 @@ from cryptography import x509
 from kubernetes import client
 
 from conftest import ADAPTER_NS, EXTENDER_NS, MONITORING_NS, WORKERS, ansible_playbook, node_path
-from support import get_raw, wait_for
+from support import REPO, get_raw, wait_for
 
 DEADLINE = 180
 DEMO_NS, DEMO_POLICY = "health-metric-demo", "demo-policy"
@@ -94,6 +95,15 @@ def demo_pod(name: str) -> client.V1Pod:
             resources=client.V1ResourceRequirements(limits={"telemetry/scheduling": "1"}))]))
 
 
+def place_demo_pods(core: client.CoreV1Api, names: list[str], waited_for: str) -> dict[str, str]:
+    """Create a demo pod per name, wait until every one runs, and say where each landed."""
+    for name in names:
+        core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
+             DEADLINE, waited_for)
+    return {n: core.read_namespaced_pod(n, DEMO_NS).spec.node_name for n in names}
+
+
 @pytest.fixture
 def healthy_nodes_after():
     """Whatever a test did to the nodes' health, it is 0 again afterwards."""
@@ -104,13 +114,25 @@ def healthy_nodes_after():
 
 # --- what runs in the pods ----------------------------------------------------------------
 
-def test_each_node_exporter_serves_its_own_nodes_textfile(api_client):
+def test_each_node_exporter_serves_its_own_nodes_textfile_from_the_pod_network(api_client):
+    """The textfile directory is root's and not writable by others (whoever writes there decides
+    where pods run); node-exporter reads it from a pod on the pod network, no port on the node."""
     core = client.CoreV1Api(api_client)
+    pods = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-node-exporter")
+    exporters = {p.spec.node_name: p for p in pods}
+    assert sorted(exporters) == WORKERS
     for node in WORKERS:
-        textfile = node_path(node, "/tmp/node-metrics/text.prom").read_text()
-        value = re.search(r"^node_health_metric (\S+)$", textfile, re.M).group(1)
-        metrics = httpx.get(f"http://{node_ip(core, node)}:9100/metrics", timeout=10).text
+        directory = node_path(node, "/var/lib/node-exporter")
+        assert (directory.stat().st_uid, oct(directory.stat().st_mode & 0o777)) == (0, "0o755"), node
+        textfile = directory / "text.prom"
+        assert textfile.stat().st_mode & 0o022 == 0, f"{textfile} is writable by group or others"
+        value = re.search(r"^node_health_metric (\S+)$", textfile.read_text(), re.M).group(1)
+        pod_ip = exporters[node].status.pod_ip
+        assert pod_ip != node_ip(core, node), f"node-exporter on {node} uses the node's network"
+        metrics = httpx.get(f"http://{pod_ip}:9100/metrics", timeout=10).text
         assert re.search(rf"^node_health_metric {re.escape(value)}$", metrics, re.M), (node, value)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://{node_ip(core, node)}:9100/metrics", timeout=10)
 
 
 def test_prometheus_scrapes_every_node_exporter_and_labels_the_node(api_client):
@@ -123,6 +145,52 @@ def test_prometheus_scrapes_every_node_exporter_and_labels_the_node(api_client):
         return sorted(t["labels"].get("node") for t in ours) == WORKERS and all(t["health"] == "up" for t in ours)
 
     wait_for(all_up, DEADLINE, "one node-exporter target per worker, each up and labelled with its node")
+
+
+def test_prometheus_scrapes_every_extender_replica_over_mutual_tls_and_loads_the_alerts(api_client):
+    core = client.CoreV1Api(api_client)
+    pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
+    replicas = sorted(p.metadata.name for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"))
+
+    def every_replica_up() -> bool:
+        targets = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/targets", timeout=10).json()
+        ours = [t for t in targets["data"]["activeTargets"] if t["labels"].get("job") == "tas-extender"]
+        return (sorted(t["labels"].get("pod") for t in ours) == replicas and all(t["health"] == "up" for t in ours)
+                and all(t["scrapeUrl"].startswith("https://") for t in ours))
+
+    wait_for(every_replica_up, DEADLINE, f"a tas-extender target per replica {replicas}, each up over https")
+    query = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/query", timeout=10,
+                      params={"query": 'sum(tas_extender_request_duration_seconds_count{verb="filter"})'}).json()
+    assert query["data"]["result"], "no filter counts scraped from the extender"
+    rules = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/rules", timeout=10).json()["data"]["groups"]
+    alerts = {r["name"]: r["state"] for g in rules if g["name"] == "tas-extender" for r in g["rules"]}
+    assert set(alerts) == {"TASExtenderDown", "TASExtenderBadRequests", "TASExtenderSlowRequests",
+                           "TASMetricSourceDown", "TASTelemetryStale", "TASPolicyInvalid",
+                           "TASCertificateExpiring"}, alerts
+    assert alerts["TASExtenderDown"] == "inactive" and alerts["TASMetricSourceDown"] == "inactive", alerts
+
+
+def test_every_dashboard_panel_shows_data_from_the_cluster(api_client):
+    """Each panel's query of the collection's dashboard, asked of the bundled Prometheus after one
+    refused request per replica (so the refused-requests panel has a series)."""
+    core = client.CoreV1Api(api_client)
+    tls = client_tls()
+    for replica in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        refused = httpx.post(f"https://{replica.status.pod_ip}:9001/scheduler/filter", content=b"{not json",
+                             headers={"Content-Type": "application/json"}, verify=tls, timeout=10)
+        assert refused.status_code == 400, refused.text
+    prometheus = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0].status.pod_ip
+    dashboard = json.loads((REPO / "collections/ansible_collections/intel/tas/dashboards/tas-extender.json")
+                           .read_text())
+    queries = {t["expr"]: panel["title"] for panel in dashboard["panels"] for t in panel["targets"]}
+
+    def every_panel_has_data() -> bool:
+        empty = [title for expr, title in queries.items() if not httpx.get(
+            f"http://{prometheus}:9090/api/v1/query", params={"query": expr}, timeout=10).json()["data"]["result"]]
+        assert not empty, f"panels without data: {empty}"
+        return True
+
+    wait_for(every_panel_has_data, DEADLINE, "every dashboard panel's query to return data")
 
 
 def test_custom_metrics_api_serves_every_worker(api_client):
@@ -183,6 +251,123 @@ def test_pods_run_as_a_careful_operator_would_run_them(api_client):
     assert budget.spec.min_available == 1
 
 
+def demo_deployment(name: str, replicas: int) -> client.V1Deployment:
+    """Pods as the demo's: the policy label, the extended resource and the policy's node affinity."""
+    affinity = client.V1Affinity(node_affinity=client.V1NodeAffinity(
+        required_during_scheduling_ignored_during_execution=client.V1NodeSelector(node_selector_terms=[
+            client.V1NodeSelectorTerm(match_expressions=[client.V1NodeSelectorRequirement(
+                key=DEMO_POLICY, operator="NotIn", values=["violating"])])])))
+    template = demo_pod(name)
+    template.metadata.labels = {"telemetry-policy": DEMO_POLICY, "app": name}
+    template.spec.affinity = affinity
+    return client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1DeploymentSpec(replicas=replicas, selector=client.V1LabelSelector(match_labels={"app": name}),
+                                     template=client.V1PodTemplateSpec(metadata=template.metadata, spec=template.spec)))
+
+
+def descheduler_evictions(core: client.CoreV1Api, since: datetime.datetime,
+                          seen: dict[str, tuple[datetime.datetime, int]]) -> dict[str, tuple[datetime.datetime, int]]:
+    """(start, evictions) of each finished descheduler run whose pod was created after `since`,
+    by pod, the count from the run's own log; `seen` keeps runs whose Job history is gone."""
+    for pod in core.list_namespaced_pod("kube-system", label_selector="batch.kubernetes.io/job-name").items:
+        if (not pod.metadata.name.startswith("tas-descheduler-") or pod.metadata.name in seen
+                or pod.metadata.creation_timestamp <= since or pod.status.phase != "Succeeded"):
+            continue
+        log = core.read_namespaced_pod_log(pod.metadata.name, "kube-system")
+        counted = re.search(r"totalEvicted=(\d+)", log)
+        assert counted, f"{pod.metadata.name} finished without its count of evictions:\n{log[-2000:]}"
+        seen[pod.metadata.name] = (pod.metadata.creation_timestamp, int(counted.group(1)))
+    return seen
+
+
+def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_client, healthy_nodes_after):
+    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+    policy = core.read_namespaced_config_map("tas-descheduler-policy", "kube-system").data["policy.yaml"]
+    policy = yaml.safe_load(policy)
+    cap = policy["maxNoOfPodsToEvictPerNode"]
+    assert (cap, policy["maxNoOfPodsToEvictPerNamespace"], policy["maxNoOfPodsToEvictTotal"]) == (5, 10, 20)
+    name = f"crowd-{uuid.uuid4().hex[:6]}"
+
+    def on_node_1() -> list[client.V1Pod]:
+        pods = core.list_namespaced_pod(DEMO_NS, label_selector=f"app={name}").items
+        return [p for p in pods if p.spec.node_name == "node-1" and not p.metadata.deletion_timestamp]
+
+    def suspend(value: bool) -> None:
+        batch.patch_namespaced_cron_job("tas-descheduler", "kube-system", {"spec": {"suspend": value}})
+
+    # every replica on node-1: the other workers are cordoned while they are placed
+    for node in ("node-2", "node-3"):
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        apps.create_namespaced_deployment(DEMO_NS, demo_deployment(name, cap + 3))
+        wait_for(lambda: len([p for p in on_node_1() if p.status.phase == "Running"]) == cap + 3, DEADLINE,
+                 f"{cap + 3} pods of {name} Running on node-1")
+    finally:
+        for node in ("node-2", "node-3"):
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+    # no run may start before node-1 is labelled and see only part of it
+    suspend(True)
+    try:
+        wait_for(lambda: not batch.read_namespaced_cron_job("tas-descheduler", "kube-system").status.active,
+                 DEADLINE, "the descheduler run under way to finish")
+        set_health("node-1", 2)
+        wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
+                 DEADLINE, "node-1 labelled violating")
+        resumed = datetime.datetime.now(datetime.timezone.utc)
+        suspend(False)
+        runs: dict[str, tuple[datetime.datetime, int]] = {}
+        wait_for(lambda: descheduler_evictions(core, resumed, runs), DEADLINE, "a descheduler run after the label")
+        # more than `cap` pods violate on node-1 (ours and the demo's): the first run stops at the cap
+        assert min(runs.values())[1] == cap, runs
+        wait_for(lambda: not on_node_1(), DEADLINE * 2, f"the later runs to move the rest of {name} off node-1")
+        assert max(count for _, count in descheduler_evictions(core, resumed, runs).values()) <= cap, runs
+    finally:
+        suspend(False)
+        apps.delete_namespaced_deployment(name, DEMO_NS)
+
+
+def test_no_pod_can_stop_or_reload_prometheus_and_it_reads_only_the_pods_it_scrapes(api_client):
+    """Prometheus's lifecycle endpoints are off (every pod could reach them), and its service
+    account lists pods only in node-exporter's and the extender's namespaces."""
+    core = client.CoreV1Api(api_client)
+    pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
+    for endpoint in ("/-/quit", "/-/reload"):
+        answer = httpx.post(f"http://{pod.status.pod_ip}:9090{endpoint}", timeout=10)
+        assert answer.status_code == 403, (endpoint, answer.status_code, answer.text)
+    assert httpx.get(f"http://{pod.status.pod_ip}:9090/-/ready", timeout=10).status_code == 200
+    reviews = client.AuthorizationV1Api(api_client)
+
+    def may_list_pods(namespace: str) -> bool:
+        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{MONITORING_NS}:tas-prometheus",
+            resource_attributes=client.V1ResourceAttributes(verb="list", resource="pods", namespace=namespace)))
+        return reviews.create_subject_access_review(review).status.allowed
+
+    # node-exporter's pods and the extender's, which it scrapes; nothing else
+    assert may_list_pods(MONITORING_NS) and may_list_pods(EXTENDER_NS)
+    assert not may_list_pods("kube-system") and not may_list_pods(DEMO_NS)
+
+
+@pytest.mark.parametrize("namespace", [EXTENDER_NS, ADAPTER_NS])
+def test_a_pod_below_the_restricted_standard_is_refused_beside_ours(api_client, namespace):
+    core = client.CoreV1Api(api_client)
+    labels = core.read_namespace(namespace).metadata.labels or {}
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    root = client.V1Pod(metadata=client.V1ObjectMeta(name="as-root"), spec=client.V1PodSpec(containers=[
+        client.V1Container(name="app", image="registry.k8s.io/pause:3.10.2",
+                           security_context=client.V1SecurityContext(privileged=True))]))
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(namespace, root, dry_run="All")
+    assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body, refused.value.body
+
+
+def test_the_extender_in_pods_has_no_long_lived_token(api_client):
+    """Its pods get short-lived projected tokens; the token Secret is for host mode only."""
+    secrets = client.CoreV1Api(api_client).list_namespaced_secret(EXTENDER_NS).items
+    assert [s.metadata.name for s in secrets if s.type == "kubernetes.io/service-account-token"] == []
+
+
 # --- faults -------------------------------------------------------------------------------
 
 def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(api_client, healthy_nodes_after):
@@ -224,11 +409,7 @@ def test_pods_created_while_every_extender_replica_is_down_wait_and_still_avoid_
     for replica in replicas:
         core.delete_namespaced_pod(replica, EXTENDER_NS, grace_period_seconds=0)
     try:
-        for name in names:
-            core.create_namespaced_pod(DEMO_NS, demo_pod(name))
-        wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
-                 DEADLINE, "every pod created during the outage Running once the extender is back")
-        placed = {n: core.read_namespaced_pod(n, DEMO_NS).spec.node_name for n in names}
+        placed = place_demo_pods(core, names, "every pod created during the outage Running once the extender is back")
         assert "node-1" not in placed.values(), placed
     finally:
         for name in names:

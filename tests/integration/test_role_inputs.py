@@ -76,6 +76,17 @@ CASES = [
          "Check the interval and schedule", ("descheduler_interval", "5 minutes")),
     Case("descheduler schedule is not cron", "descheduler", {"descheduler_schedule": "hourly"},
          "Check the interval and schedule", ("descheduler_schedule", "hourly")),
+    Case("descheduler cap of zero", "descheduler", {"descheduler_max_evictions_per_node": 0},
+         "Check the eviction caps and the namespace scope", ("Each eviction cap must be a positive number", "per node 0")),
+    Case("descheduler total cap in the v1alpha1 format", "descheduler",
+         {"descheduler_version": "v0.23.1", "descheduler_max_evictions_total": 20},
+         "Check the eviction caps and the namespace scope", ("needs descheduler 0.31 or later (this is 0.23.1",)),
+    Case("descheduler namespaces both included and excluded", "descheduler",
+         {"descheduler_namespaces_include": ["a"], "descheduler_namespaces_exclude": ["b"]},
+         "Check the eviction caps and the namespace scope",
+         ("only one of descheduler_namespaces_include and descheduler_namespaces_exclude",)),
+    Case("descheduler cap is not a number", "descheduler", {"descheduler_max_evictions_total": "many"}, ARGSPEC,
+         ("argument 'descheduler_max_evictions_total'",)),
     Case("scheduler config URL is not http(s)", "scheduler_config",
          {"scheduler_config_extender_url": "ftp://tas-extender:9001"}, "Check the extender settings",
          ("scheduler_config_extender_url", "ftp://tas-extender:9001")),
@@ -106,7 +117,10 @@ CASES = [
          ("Unknown variable for role prometheus: prometheus_scrape_intervall (did you mean prometheus_scrape_interval?)."
           " Rename or remove it",)),
     Case("scheduler config mode is not a choice", "scheduler_config", {"scheduler_config_mode": "static"}, ARGSPEC,
-         ("value of scheduler_config_mode must be one of: service, kubeadm, got: static",)),
+         ("value of scheduler_config_mode must be one of: service, kubeadm, second_scheduler, got: static",)),
+    Case("second scheduler named as the default one", "scheduler_config",
+         {"scheduler_config_mode": "second_scheduler", "scheduler_config_second_scheduler_name": "default-scheduler"},
+         "Check the second scheduler's settings", ("scheduler_config_second_scheduler_name", "default-scheduler")),
 ]
 
 

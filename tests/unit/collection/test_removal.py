@@ -1,6 +1,6 @@
 """Removal (tas_state: absent) deletes every object a role's templates create.
 
-Each role lists what it deletes by kind and name in tasks/absent.yml (rendering the templates
+Each role lists what it deletes by kind and name in tasks/absent*.yml (rendering the templates
 again would need every variable the install computed); this keeps the lists and the templates
 in step. Namespaces are left to the namespace role, which deletes one only when nothing else is in it.
 """
@@ -20,6 +20,7 @@ TEMPLATES = {
     "node_exporter": ["daemonset.yaml.j2"],
     "prometheus": ["kubernetes.yaml.j2"],
     "prometheus_adapter": ["apiservice.yaml.j2"],
+    "scheduler_config": ["second-scheduler.yaml.j2"],
 }
 
 
@@ -36,9 +37,11 @@ def created(role: str) -> set[tuple[str, str]]:
 
 
 def deleted(role: str) -> set[tuple[str, str]]:
-    """(kind, name) of every object a kubernetes.core.k8s task of tasks/absent.yml deletes."""
+    """(kind, name) of every object a kubernetes.core.k8s task of tasks/absent*.yml deletes."""
     objects = set()
-    for task in yaml.safe_load((ROLES / role / "tasks" / "absent.yml").read_text()):
+    tasks = [task for path in sorted((ROLES / role / "tasks").glob("absent*.yml"))
+             for task in yaml.safe_load(path.read_text())]
+    for task in tasks:
         module = task.get("kubernetes.core.k8s")
         if not module or module.get("state") != "absent":
             continue
