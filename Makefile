@@ -12,6 +12,7 @@ TAS_REAL_CLUSTER_DIR ?= $(HOME)/.local/state/tas-real-cluster
 # Commands against the real-node cluster: its kubeconfig and its kubectl first.
 ON_REAL_CLUSTER := KUBECONFIG=$(TAS_REAL_CLUSTER_DIR)/kubeconfig PATH=$(TAS_REAL_CLUSTER_DIR)/bin:$$PATH
 
+export TAS_REAL_CLUSTER_DIR
 export KUBECONFIG ?= $(TAS_LOCAL_CLUSTER_DIR)/kubeconfig
 export PATH := $(CURDIR)/$(VENV)/bin:$(TAS_LOCAL_CLUSTER_DIR)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg

@@ -21,6 +21,18 @@ REAL_CLUSTER_DIR = pathlib.Path(
 )
 
 
+def real_cluster() -> dict:
+    """The real-node cluster's description, as roles/real_cluster writes it at `up`: nodes
+    (name, address, control_plane, pod_cidr), kubeconfig, state directory, SSH access."""
+    import json
+
+    return json.loads((REAL_CLUSTER_DIR / "cluster.json").read_text())
+
+
+def real_control_planes() -> list[str]:
+    return [node["name"] for node in real_cluster()["nodes"] if node["control_plane"]]
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:

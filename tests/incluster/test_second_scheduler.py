@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from conftest import EXTENDER_NS, ansible_playbook, node_path
-from support import wait_for
+from support import real_control_planes, wait_for
 from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, demo_pod, filter_rejects, place_demo_pods, ready_pods,
                              set_health)
 
@@ -24,8 +24,8 @@ CONTROL_PLANE_FILES = ["/etc/kubernetes/manifests/kube-scheduler.yaml", "/etc/ku
 
 
 def fingerprint() -> dict[str, str]:
-    return {path: hashlib.sha256(node_path("control-plane", path).read_bytes()).hexdigest()
-            for path in CONTROL_PLANE_FILES}
+    return {f"{node}:{path}": hashlib.sha256(node_path(node, path).read_bytes()).hexdigest()
+            for node in real_control_planes() for path in CONTROL_PLANE_FILES}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def second_scheduler(api_client):
         EXTENDER_NS, field_selector=f"metadata.name={NAME}").items
 
 
-def test_no_file_of_the_control_plane_changed(second_scheduler):
+def test_no_file_of_any_control_plane_changed(second_scheduler):
     assert fingerprint() == second_scheduler
 
 

@@ -50,10 +50,10 @@ ROLE_TASKS = [
             "local_cluster_ready_timeout": 120,
         }),
     RoleTask(
-        "real-node cluster's containerd and kubelets", "roles/real_cluster/tasks/nodes.yml",
-        "Make sure every node's containerd and kubelet are running",
+        "real-node cluster's programs", "roles/real_cluster/tasks/nodes.yml",
+        "Make sure the API endpoint and every node's containerd, kubelet and sshd are running",
         lambda names, conf: {
-            # Programs named containerd-<node> and kubelet-<node>, as the role writes them.
+            # api-endpoint, and containerd-<node>, kubelet-<node>, sshd-<node>, as the role writes them.
             "_real_cluster_nodes": [{"name": name.removeprefix("containerd-")}
                                     for name in names if name.startswith("containerd-")],
             "_real_cluster_supervisor_conf": str(conf),
@@ -73,7 +73,7 @@ ROLE_TASKS = [
 
 PROGRAMS = {
     "KWOK cluster's control plane": ["etcd", "kube-controller-manager"],
-    "real-node cluster's containerd and kubelets": ["containerd-node-1", "kubelet-node-1"],
+    "real-node cluster's programs": ["api-endpoint", "containerd-node-1", "sshd-node-1", "kubelet-node-1"],
     "host-mode service": ["tas-extender"],
 }
 

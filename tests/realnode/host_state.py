@@ -25,7 +25,7 @@ SYSCTLS = (
 NODE_DIRS = (
     "/etc/kubernetes", "/etc/tas", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd",
     "/var/lib/etcd", "/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/var/lib/cni",
-    "/run/netns", "/var/lib/node-exporter",
+    "/run/netns", "/var/lib/node-exporter", "/usr/local/sbin",
 )
 
 
@@ -74,6 +74,10 @@ def snapshot() -> dict[str, object]:
         "iptables": [l for l in _run("iptables-save").splitlines() if not l.startswith("#")],
         "sysctls": sysctls,
         "host directories": [d for d in NODE_DIRS if os.path.exists(d)],
+        # the user Ansible logs in as, and its sudo rule
+        "users": sorted(line.split(":")[0] for line in pathlib.Path("/etc/passwd").read_text().splitlines()),
+        "sudoers.d": sorted(p.name for p in pathlib.Path("/etc/sudoers.d").glob("*")),
+        "homes": sorted(p.name for p in pathlib.Path("/home").glob("*")),
         "processes": _processes(),
     }
 

@@ -6,6 +6,7 @@ role that built the cluster.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
 import uuid
@@ -14,7 +15,8 @@ import yaml
 from kubernetes import client
 from kubernetes.stream import stream
 
-from support import wait_for
+import pytest
+from support import REAL_CLUSTER_DIR, real_control_planes, wait_for
 
 IMAGE = "tas-extender:0.1.0"  # a Python image built from the project's files
 DEADLINE = 180
@@ -80,11 +82,13 @@ def exec_in(api_client, namespace: str, pod: str, command: list[str]) -> str:
                   command=command, stderr=True, stdin=False, stdout=True, tty=False)
 
 
-def test_nodes_are_a_control_plane_and_three_real_workers(api_client):
+def test_nodes_are_the_described_control_planes_and_at_least_three_real_workers(api_client):
     nodes = client.CoreV1Api(api_client).list_node().items
-    control_planes = [n for n in nodes if CONTROL_PLANE_LABEL in (n.metadata.labels or {})]
-    assert len(control_planes) == 1, [n.metadata.name for n in nodes]
-    assert len(nodes) - 1 >= 3, [n.metadata.name for n in nodes]
+    control_planes = [n.metadata.name for n in nodes if CONTROL_PLANE_LABEL in (n.metadata.labels or {})]
+    described = json.loads((REAL_CLUSTER_DIR / "cluster.json").read_text())["nodes"]
+    assert sorted(control_planes) == sorted(n["name"] for n in described if n["control_plane"])
+    assert sorted(n.metadata.name for n in nodes) == sorted(n["name"] for n in described)
+    assert len(nodes) - len(control_planes) >= 3, [n.metadata.name for n in nodes]
     for node in nodes:
         info = node.status.node_info
         assert is_ready(node), f"{node.metadata.name} is not Ready"
@@ -95,9 +99,9 @@ def test_nodes_are_a_control_plane_and_three_real_workers(api_client):
     assert len(set(addresses)) == len(nodes), f"nodes share an address: {addresses}"
 
 
-def test_the_control_plane_runs_as_kubeadm_static_pods(api_client, real_cluster_dir):
+@pytest.mark.parametrize("name", real_control_planes())
+def test_each_control_plane_runs_as_kubeadm_static_pods(api_client, real_cluster_dir, name):
     core = client.CoreV1Api(api_client)
-    name = control_plane_name(core)
     etc = real_cluster_dir / "nodes" / name / "fs" / "etc-kubernetes"  # its /etc/kubernetes
     for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
         manifest = yaml.safe_load((etc / "manifests" / f"{component}.yaml").read_text())

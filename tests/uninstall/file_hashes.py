@@ -1,9 +1,9 @@
 """Every file under a directory with its SHA-256, to compare a directory before and after.
 
-    python tests/uninstall/file_hashes.py snapshot DIR FILE    write DIR's hashes to FILE (JSON)
+    python tests/uninstall/file_hashes.py snapshot FILE DIR...   write each DIR's hashes to FILE (JSON)
 
-The real-node scenario snapshots the control plane's /etc/kubernetes as kubeadm wrote it,
-before site.yml; test_kubeadm_files.py compares it after playbooks/uninstall.yml.
+The real-node scenario snapshots every control plane's /etc/kubernetes as kubeadm wrote it,
+before site.yml; test_kubeadm_files.py compares them after playbooks/uninstall.yml.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "snapshot":
+    if len(sys.argv) < 4 or sys.argv[1] != "snapshot":
         sys.exit(__doc__)
-    pathlib.Path(sys.argv[3]).write_text(json.dumps(hashes(pathlib.Path(sys.argv[2])), indent=1))
+    snapshot = {directory: hashes(pathlib.Path(directory)) for directory in sys.argv[3:]}
+    pathlib.Path(sys.argv[2]).write_text(json.dumps(snapshot, indent=1))

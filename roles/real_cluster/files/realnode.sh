@@ -20,8 +20,11 @@
 set -euo pipefail
 
 # Directories each node has for itself, bind-mounted over the host's in its mount namespace.
+# /usr/local/sbin holds the node's kubeadm and kubectl, on the PATH as a package installs them.
+# /etc/hosts is the node's own too (a file, below), naming the node.
 NODE_DIRS=(/etc/kubernetes /etc/tas /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
-  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /var/lib/node-exporter)
+  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /var/lib/node-exporter
+  /usr/local/sbin)
 NETNS_PREFIX=tasrn-
 
 changed() { echo changed; }
@@ -125,6 +128,13 @@ node_up() {
     for dir in "${NODE_DIRS[@]}"; do
       nsenter --mount="$mnt" -- mount --bind "$fs/$(flat "$dir")" "$dir"
     done
+    CHANGED=1
+  fi
+  # Its own /etc/hosts naming it, as a machine's does: sudo and others resolve their own host
+  # name, and the LAN has no DNS server to ask.
+  if ! nsenter --mount="$mnt" -- mountpoint -q /etc/hosts; then
+    { cat /etc/hosts; echo "${address%/*} $name"; } >"$fs/etc-hosts"
+    nsenter --mount="$mnt" -- mount --bind "$fs/etc-hosts" /etc/hosts
     CHANGED=1
   fi
   # A node made by an older version of this script lacks the directories added since.
