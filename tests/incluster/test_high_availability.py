@@ -34,7 +34,8 @@ __all__ = ["healthy_nodes_after"]  # a fixture, used by name
 
 def ansible(*args: str) -> str:
     """An ad-hoc Ansible command against the real-node cluster's inventory; its output."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # molecule forces colours in its environment; the output is read as plain text
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     result = subprocess.run([str(pathlib.Path(sys.executable).with_name("ansible")),
                              "-i", str(REPO / "inventory" / "real"), *args],
                             cwd=REPO, env=env, capture_output=True, text=True, check=False)
