@@ -9,18 +9,14 @@ realnode), as test_in_cluster.py does.
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
 import uuid
 
 import pytest
 from cryptography import x509
 from kubernetes import client
 
-from conftest import node_path
-from support import REPO, real_cluster, real_control_planes, wait_for
+from conftest import node_path, run_ansible
+from support import real_cluster, real_control_planes, wait_for
 from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, filter_calls, filter_rejects,
                              healthy_nodes_after, place_demo_pods, set_health)
 
@@ -34,13 +30,7 @@ __all__ = ["healthy_nodes_after"]  # a fixture, used by name
 
 def ansible(*args: str) -> str:
     """An ad-hoc Ansible command against the real-node cluster's inventory; its output."""
-    # molecule forces colours in its environment; the output is read as plain text
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    result = subprocess.run([str(pathlib.Path(sys.executable).with_name("ansible")),
-                             "-i", str(REPO / "inventory" / "real"), *args],
-                            cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    return result.stdout
+    return run_ansible("ansible", *args).stdout
 
 
 def scheduler_leader(coordination: client.CoordinationV1Api) -> str:

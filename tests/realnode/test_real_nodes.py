@@ -6,7 +6,6 @@ role that built the cluster.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 import uuid
@@ -16,7 +15,7 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 import pytest
-from support import REAL_CLUSTER_DIR, real_control_planes, wait_for
+from support import real_cluster, real_control_planes, wait_for
 
 IMAGE = "tas-extender:0.1.0"  # a Python image built from the project's files
 DEADLINE = 180
@@ -85,7 +84,7 @@ def exec_in(api_client, namespace: str, pod: str, command: list[str]) -> str:
 def test_nodes_are_the_described_control_planes_and_at_least_three_real_workers(api_client):
     nodes = client.CoreV1Api(api_client).list_node().items
     control_planes = [n.metadata.name for n in nodes if CONTROL_PLANE_LABEL in (n.metadata.labels or {})]
-    described = json.loads((REAL_CLUSTER_DIR / "cluster.json").read_text())["nodes"]
+    described = real_cluster()["nodes"]
     assert sorted(control_planes) == sorted(n["name"] for n in described if n["control_plane"])
     assert sorted(n.metadata.name for n in nodes) == sorted(n["name"] for n in described)
     assert len(nodes) - len(control_planes) >= 3, [n.metadata.name for n in nodes]
