@@ -55,6 +55,15 @@ make_cgroup() {
   done
 }
 
+# host_veth NETNS: the host's end of the veth pair whose other end is the node's eth0
+# ("eth0@if42": the peer's interface index on the host), or nothing.
+host_veth() {
+  local index
+  index=$(ip -n "$1" -o link show eth0 2>/dev/null | sed -n 's/^[0-9]*: eth0@if\([0-9]*\):.*/\1/p')
+  [[ -n $index ]] || return 0
+  ip -o link show | awk -F': ' -v i="$index" '$1 == i {sub(/@.*/, "", $2); print $2}'
+}
+
 remove_cgroup() { # deepest first: a cgroup directory only goes with rmdir, once it is empty
   local h
   # runc also mirrors the pods' cgroups into the v2 hierarchy of a hybrid host
@@ -200,7 +209,7 @@ node_pids() { # every process in the node's namespaces or cgroups (containers ha
 }
 
 node_down() {
-  local state=$1 name=$2 cgroup=$3 netns pids signal try file
+  local state=$1 name=$2 cgroup=$3 netns pids signal try file veth
   netns=$NETNS_PREFIX$name
   CHANGED=0
   # The kubelet leaves its containers running when it stops, and shims outlive containerd:
@@ -223,8 +232,12 @@ node_down() {
     if mountpoint -q "$file" 2>/dev/null; then umount "$file"; CHANGED=1; fi
     rm -f "$file"
   done
-  # Deleting the network namespace deletes its veth pair, addresses, routes and rules.
+  # The kernel frees a deleted network namespace later, in a work queue, and its veth pair
+  # with it: on a busy machine the host end (and its IPv6 routes) outlive `ip netns delete` by
+  # seconds. Deleting the host end deletes the pair at once.
   if ip netns list | grep -qw "^$netns"; then
+    veth=$(host_veth "$netns")
+    if [[ -n $veth ]]; then ip link delete "$veth"; fi
     ip netns delete "$netns"
     CHANGED=1
   fi
