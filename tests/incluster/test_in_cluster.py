@@ -368,6 +368,63 @@ def test_the_extender_in_pods_has_no_long_lived_token(api_client):
     assert [s.metadata.name for s in secrets if s.type == "kubernetes.io/service-account-token"] == []
 
 
+@pytest.fixture
+def as_extender(kubeconfig):
+    """The API as the extender's service account (the admin impersonating it): its RBAC and
+    the node-patch admission policy apply, exactly as to a request from its pods."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    api.set_default_header("Impersonate-User", f"system:serviceaccount:{EXTENDER_NS}:tas-extender")
+    yield client.CoreV1Api(api)
+    api.close()
+
+
+# What stolen extender credentials would try: a node's role or topology labels, its taints
+# or cordon, another component's annotation. RBAC allows each (patch on nodes); the policy not.
+FOREIGN_PATCHES = {
+    "a role label": {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+    "a topology label": {"metadata": {"labels": {"topology.kubernetes.io/zone": "taken"}}},
+    "a taint": {"spec": {"taints": [{"key": "taken", "value": "yes", "effect": "NoSchedule"}]}},
+    "a cordon": {"spec": {"unschedulable": True}},
+    "another component's annotation": {"metadata": {"annotations": {"node.alpha.kubernetes.io/ttl": "30"}}},
+    "a prefixed label listed as its own": {"metadata": {
+        "labels": {"kubernetes.io/os": "taken"},
+        "annotations": {"telemetry.intel.com/managed-labels": "kubernetes.io/os"}}},
+}
+
+
+@pytest.mark.parametrize("patch", FOREIGN_PATCHES.values(), ids=FOREIGN_PATCHES.keys())
+def test_the_extenders_credentials_cannot_change_what_on_a_node_is_not_its_own(api_client, as_extender, patch):
+    core = client.CoreV1Api(api_client)
+    before = core.read_node("node-3")
+    with pytest.raises(client.ApiException) as refused:
+        as_extender.patch_node("node-3", patch)
+    assert refused.value.status == 403, refused.value.body
+    assert "tas-extender-node-patches" in refused.value.body, refused.value.body
+    after = core.read_node("node-3")
+    assert (after.metadata.labels, after.spec.taints, after.spec.unschedulable) == (
+        before.metadata.labels, before.spec.taints, before.spec.unschedulable)
+
+
+def test_the_extenders_credentials_still_set_and_remove_the_labels_it_writes(api_client, as_extender):
+    """What the controller does (controller.label_patch): a policy's label listed in the
+    managed-labels annotation, a labeling strategy's prefixed label, and their removal. Each
+    patch's own answer is checked: the running controller reconciles the node right after."""
+    managed = "telemetry.intel.com/managed-labels"
+    was = (client.CoreV1Api(api_client).read_node("node-3").metadata.annotations or {}).get(managed)
+    key, prefixed = "tas-test-policy", "telemetry.aware.scheduling.tas-test-policy/hot"
+    try:
+        node = as_extender.patch_node("node-3", {"metadata": {
+            "labels": {key: "violating", prefixed: "true"},
+            "annotations": {managed: ",".join(filter(None, [was, key, prefixed]))}}})
+        assert {key: "violating", prefixed: "true"}.items() <= node.metadata.labels.items()
+    finally:
+        node = as_extender.patch_node("node-3", {"metadata": {
+            "labels": {key: None, prefixed: None}, "annotations": {managed: was}}})
+    assert key not in node.metadata.labels and prefixed not in node.metadata.labels
+
+
 # --- faults -------------------------------------------------------------------------------
 
 def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(api_client, healthy_nodes_after):
