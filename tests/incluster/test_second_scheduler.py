@@ -28,19 +28,34 @@ def fingerprint() -> dict[str, str]:
             for node in real_control_planes() for path in CONTROL_PLANE_FILES}
 
 
+def own_schedulers(api_client) -> dict[str, tuple[str, int, object]]:
+    """Each control plane's kube-scheduler: its pod's uid, its container's restarts and start."""
+    pods = client.CoreV1Api(api_client).list_namespaced_pod("kube-system", label_selector="component=kube-scheduler").items
+    return {p.spec.node_name: (p.metadata.uid, p.status.container_statuses[0].restart_count,
+                               p.status.container_statuses[0].state.running.started_at) for p in pods}
+
+
 @pytest.fixture(scope="module")
 def second_scheduler(api_client):
-    before = fingerprint()
+    before, schedulers = fingerprint(), own_schedulers(api_client)
+    assert sorted(schedulers) == sorted(real_control_planes())
     ansible_playbook("playbooks/site.yml", "-e", "scheduler_config_mode=second_scheduler",
                      "-e", "certificates_scheduler_secret_name=tas-scheduler-client")
-    yield before
+    yield before, schedulers
     ansible_playbook("tests/incluster/second_scheduler_absent.yml")
     assert not client.AppsV1Api(api_client).list_namespaced_deployment(
         EXTENDER_NS, field_selector=f"metadata.name={NAME}").items
+    # installed and removed, and the cluster's own schedulers never restarted
+    assert own_schedulers(api_client) == schedulers
+    assert fingerprint() == before
 
 
 def test_no_file_of_any_control_plane_changed(second_scheduler):
-    assert fingerprint() == second_scheduler
+    assert fingerprint() == second_scheduler[0]
+
+
+def test_the_clusters_own_schedulers_never_restarted(api_client, second_scheduler):
+    assert own_schedulers(api_client) == second_scheduler[1]
 
 
 def test_it_runs_two_replicas_one_leading(api_client, second_scheduler):
