@@ -116,6 +116,9 @@ CASES = [
          "Check that every prometheus_* variable is one the role knows",
          ("Unknown variable for role prometheus: prometheus_scrape_intervall (did you mean prometheus_scrape_interval?)."
           " Rename or remove it",)),
+    Case("existing adapter without the name of its ConfigMap", "prometheus_adapter",
+         {"prometheus_adapter_deploy_mode": "existing", "prometheus_adapter_existing_configmap": ""},
+         "Check the existing adapter's names", ("prometheus_adapter_existing_configmap",)),
     Case("scheduler config mode is not a choice", "scheduler_config", {"scheduler_config_mode": "static"}, ARGSPEC,
          ("value of scheduler_config_mode must be one of: service, kubeadm, second_scheduler, got: static",)),
     Case("second scheduler named as the default one", "scheduler_config",
