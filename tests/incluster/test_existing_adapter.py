@@ -59,16 +59,19 @@ def available(api_client) -> bool:
 @pytest.fixture(scope="module")
 def existing(api_client):
     ansible_playbook(ADAPTER, "-e", "tas_state=absent")
-    kubectl("apply", "-f", str(MANIFEST))
-    wait_for(lambda: client.AppsV1Api(api_client).read_namespaced_deployment(NAME, NS).status.ready_replicas == 1
-             and available(api_client), DEADLINE, "the platform team's adapter serving the custom metrics API")
-    before = theirs(api_client)
-    # the role in its default mode will not take the API over
-    refused = ansible_playbook(ADAPTER, succeed=False)
-    ansible_playbook("playbooks/site.yml", "-e", "prometheus_adapter_deploy_mode=existing")
-    yield before, refused
-    kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
-    ansible_playbook(ADAPTER)
+    try:
+        kubectl("apply", "-f", str(MANIFEST))
+        wait_for(lambda: client.AppsV1Api(api_client).read_namespaced_deployment(NAME, NS).status.ready_replicas == 1
+                 and available(api_client), DEADLINE, "the platform team's adapter serving the custom metrics API")
+        before = theirs(api_client)
+        # the role in its default mode will not take the API over
+        refused = ansible_playbook(ADAPTER, succeed=False)
+        ansible_playbook("playbooks/site.yml", "-e", "prometheus_adapter_deploy_mode=existing")
+        yield before, refused
+    finally:
+        # theirs gone, ours back, for the modules after this one
+        kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
+        ansible_playbook(ADAPTER)
     assert set(served_health(api_client)) >= set(WORKERS)
 
 

@@ -17,6 +17,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import re
 
 import yaml
@@ -73,6 +74,8 @@ def adapter_config_with(text: str, rules: list) -> str:
         raise AnsibleFilterError(
             "the adapter's configuration writes 'rules' in flow style ([...]) or not at the top "
             "level: rewrite it as a block list ('rules:' and one '- seriesQuery: ...' per rule)")
+    # plain lists, dicts and strings: what Ansible passes in may be its own subclasses
+    rules = json.loads(json.dumps(rules))
     body = yaml.safe_dump(rules, default_flow_style=False, sort_keys=False, width=1000)
     block = "".join(f"{indent}{line}\n" for line in [BEGIN, *body.splitlines(), END])
     merged = prefix + block + suffix
