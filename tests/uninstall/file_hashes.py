@@ -28,5 +28,8 @@ def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
 if __name__ == "__main__":
     if len(sys.argv) < 4 or sys.argv[1] != "snapshot":
         sys.exit(__doc__)
+    missing = [directory for directory in sys.argv[3:] if not pathlib.Path(directory).is_dir()]
+    if missing:  # a wrong path would snapshot nothing, and the comparison would fail far from here
+        sys.exit(f"file_hashes.py: not a directory: {', '.join(missing)}")
     snapshot = {directory: hashes(pathlib.Path(directory)) for directory in sys.argv[3:]}
     pathlib.Path(sys.argv[2]).write_text(json.dumps(snapshot, indent=1))
