@@ -98,7 +98,14 @@ molecule: venv ## The health-metric demo end to end: cluster up, converge, idemp
 realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice, the demo and tests, down (host as before)
 	$(ON_REAL_CLUSTER) molecule test -s realnode
 
-test: unit lint integration molecule realnode ## Everything CI runs
+# Every pytest run under make appends its failures here, one line each (tests/conftest.py);
+# make test prints them last, so that the end of a long run's output says what failed.
+export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
+
+test: ## Everything CI runs
+	@rm -f $(TAS_TEST_FAILURES)
+	@$(MAKE) --no-print-directory unit lint integration molecule realnode || { \
+	  echo "make test failed"; [ ! -s $(TAS_TEST_FAILURES) ] || cat $(TAS_TEST_FAILURES); exit 2; }
 
 bench: $(VENV)/.bench-installed ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,21 @@ def namespace(api_client) -> Iterator[str]:
              f"the default ServiceAccount of namespace {name}")
     yield name
     core.delete_namespace(name)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Append this run's failures, one line each, to the file $TAS_TEST_FAILURES names (make test
+    sets it and prints the file last): a long run's failures are then readable from its tail,
+    however far up pytest's own report is, even when pytest ran inside a molecule step."""
+    path = os.environ.get("TAS_TEST_FAILURES")
+    failed = terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
+    if not path or not failed:
+        return
+    lines = [f"pytest {' '.join(config.invocation_params.args)}: {len(failed)} failed"]
+    for report in failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        reason = crash.message.splitlines()[0] if crash and crash.message else str(report.longrepr).splitlines()[-1]
+        lines.append(f"  {report.nodeid} ({report.when}): {reason[:400]}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")

@@ -281,31 +281,42 @@ def descheduler_evictions(core: client.CoreV1Api, since: datetime.datetime,
     return seen
 
 
-def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_client, healthy_nodes_after):
-    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+def crowd_node_1(core: client.CoreV1Api, apps: client.AppsV1Api, name: str, replicas: int) -> None:
+    """A demo Deployment `name` whose replicas all run on node-1: the other workers are cordoned
+    while they are placed."""
+    for node in ("node-2", "node-3"):
+        core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        apps.create_namespaced_deployment(DEMO_NS, demo_deployment(name, replicas))
+        wait_for(lambda: len([p for p in on_node_1(core, name) if p.status.phase == "Running"]) == replicas, DEADLINE,
+                 f"{replicas} pods of {name} Running on node-1")
+    finally:
+        for node in ("node-2", "node-3"):
+            core.patch_node(node, {"spec": {"unschedulable": False}})
+
+
+def on_node_1(core: client.CoreV1Api, name: str) -> list[client.V1Pod]:
+    pods = core.list_namespaced_pod(DEMO_NS, label_selector=f"app={name}").items
+    return [p for p in pods if p.spec.node_name == "node-1" and not p.metadata.deletion_timestamp]
+
+
+def descheduler_policy_caps(core: client.CoreV1Api) -> tuple[int, int, int]:
     policy = core.read_namespaced_config_map("tas-descheduler-policy", "kube-system").data["policy.yaml"]
     policy = yaml.safe_load(policy)
-    cap = policy["maxNoOfPodsToEvictPerNode"]
-    assert (cap, policy["maxNoOfPodsToEvictPerNamespace"], policy["maxNoOfPodsToEvictTotal"]) == (5, 10, 20)
-    name = f"crowd-{uuid.uuid4().hex[:6]}"
+    return (policy["maxNoOfPodsToEvictPerNode"], policy["maxNoOfPodsToEvictPerNamespace"],
+            policy["maxNoOfPodsToEvictTotal"])
 
-    def on_node_1() -> list[client.V1Pod]:
-        pods = core.list_namespaced_pod(DEMO_NS, label_selector=f"app={name}").items
-        return [p for p in pods if p.spec.node_name == "node-1" and not p.metadata.deletion_timestamp]
+
+def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_client, healthy_nodes_after):
+    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+    assert descheduler_policy_caps(core) == (5, 10, 20)
+    cap = descheduler_policy_caps(core)[0]
+    name = f"crowd-{uuid.uuid4().hex[:6]}"
 
     def suspend(value: bool) -> None:
         batch.patch_namespaced_cron_job("tas-descheduler", "kube-system", {"spec": {"suspend": value}})
 
-    # every replica on node-1: the other workers are cordoned while they are placed
-    for node in ("node-2", "node-3"):
-        core.patch_node(node, {"spec": {"unschedulable": True}})
-    try:
-        apps.create_namespaced_deployment(DEMO_NS, demo_deployment(name, cap + 3))
-        wait_for(lambda: len([p for p in on_node_1() if p.status.phase == "Running"]) == cap + 3, DEADLINE,
-                 f"{cap + 3} pods of {name} Running on node-1")
-    finally:
-        for node in ("node-2", "node-3"):
-            core.patch_node(node, {"spec": {"unschedulable": False}})
+    crowd_node_1(core, apps, name, cap + 3)
     # no run may start before node-1 is labelled and see only part of it
     suspend(True)
     try:
@@ -320,11 +331,45 @@ def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_cli
         wait_for(lambda: descheduler_evictions(core, resumed, runs), DEADLINE, "a descheduler run after the label")
         # more than `cap` pods violate on node-1 (ours and the demo's): the first run stops at the cap
         assert min(runs.values())[1] == cap, runs
-        wait_for(lambda: not on_node_1(), DEADLINE * 2, f"the later runs to move the rest of {name} off node-1")
+        wait_for(lambda: not on_node_1(core, name), DEADLINE * 2,
+                 f"the later runs to move the rest of {name} off node-1")
         assert max(count for _, count in descheduler_evictions(core, resumed, runs).values()) <= cap, runs
     finally:
         suspend(False)
         apps.delete_namespaced_deployment(name, DEMO_NS)
+
+
+def test_a_dry_run_names_the_pods_it_would_evict_and_evicts_none(api_client, healthy_nodes_after):
+    """descheduler_dry_run: the role's CronJob runs the descheduler with --dry-run under an account
+    that may not evict; with more pods violating on node-1 than the per-node cap, a run logs `cap`
+    pods of node-1 it would evict, and every pod stays where it was."""
+    core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
+    cap = descheduler_policy_caps(core)[0]
+    name = f"dry-{uuid.uuid4().hex[:6]}"
+    ansible_playbook("playbooks/site.yml", "--tags", "descheduler", "-e", "descheduler_dry_run=true")
+    try:
+        cronjob = batch.read_namespaced_cron_job("tas-descheduler", "kube-system")
+        assert cronjob.spec.job_template.spec.template.spec.containers[0].command[-1] == "--dry-run"
+        crowd_node_1(core, apps, name, cap + 3)
+        before = {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)}
+        set_health("node-1", 2)
+        wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
+                 DEADLINE, "node-1 labelled violating")
+        labelled = datetime.datetime.now(datetime.timezone.utc)
+        runs: dict[str, tuple[datetime.datetime, int]] = {}
+        wait_for(lambda: descheduler_evictions(core, labelled, runs), DEADLINE, "a descheduler run after the label")
+        on_node = {p.metadata.name for p in core.list_namespaced_pod(DEMO_NS).items if p.spec.node_name == "node-1"}
+        for run in runs:
+            log = core.read_namespaced_pod_log(run, "kube-system")
+            would = re.findall(r'"Evicted pod in dry run mode" pod="' + DEMO_NS + r'/([^"]+)"', log)
+            assert len(would) == cap and set(would) <= on_node, (run, would, on_node)
+            assert '"Evicted pod" ' not in log
+        assert {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)} == before
+    finally:
+        ansible_playbook("playbooks/site.yml", "--tags", "descheduler")
+        apps.delete_namespaced_deployment(name, DEMO_NS)
+    command = batch.read_namespaced_cron_job("tas-descheduler", "kube-system").spec.job_template.spec.template
+    assert "--dry-run" not in command.spec.containers[0].command
 
 
 def test_no_pod_can_stop_or_reload_prometheus_and_it_reads_only_the_pods_it_scrapes(api_client):

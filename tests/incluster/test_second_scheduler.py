@@ -1,61 +1,59 @@
-"""scheduler_config_mode: second_scheduler on the real-node cluster: a kube-scheduler of the
-cluster's version as a Deployment, the extender behind its profile, pods sent to it by the
-MutatingAdmissionPolicy on their policy label, no file of any control-plane node touched.
+"""scheduler_config_mode: second_scheduler on the real-node cluster seen as a managed one: a
+kube-scheduler of the cluster's version as a Deployment, the extender behind its profile, pods
+sent to it by the MutatingAdmissionPolicy on their policy label, no file of any control-plane
+node touched.
 
-site.yml runs once more in that mode for this module (the cluster's own scheduler keeps what the
-default run gave it), and the mode is removed again afterwards.
+Marked `managed`: these need the install of inventory/real-managed (the example inventory of a
+managed cluster, no control plane in it), which molecule's realnode scenario makes after its
+first uninstall, with the demo, before removing it again (molecule/realnode/verify.yml):
+`pytest -m managed tests/incluster`. The scenario hashes kubeadm's files before anything is
+installed ($TAS_KUBEADM_FILES) and records the cluster's own kube-schedulers before the managed
+install ($TAS_OWN_SCHEDULERS).
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
+import os
+import pathlib
 import uuid
 
 import pytest
 from kubernetes import client
 
-from conftest import EXTENDER_NS, ansible_playbook, node_path
-from support import real_control_planes, wait_for
+from conftest import EXTENDER_NS
+from file_hashes import differences, hashes
+from support import REAL_CLUSTER_DIR, real_control_planes, recorded_own_schedulers, running_own_schedulers, wait_for
 from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, demo_pod, filter_rejects, place_demo_pods, ready_pods,
                              set_health)
 
+pytestmark = pytest.mark.managed
+
 NAME = "telemetry-aware-scheduler"
-CONTROL_PLANE_FILES = ["/etc/kubernetes/manifests/kube-scheduler.yaml", "/etc/kubernetes/scheduler-config.yaml"]
-
-
-def fingerprint() -> dict[str, str]:
-    return {f"{node}:{path}": hashlib.sha256(node_path(node, path).read_bytes()).hexdigest()
-            for node in real_control_planes() for path in CONTROL_PLANE_FILES}
-
-
-def own_schedulers(api_client) -> dict[str, tuple[str, int, object]]:
-    """Each control plane's kube-scheduler: its pod's uid, its container's restarts and start."""
-    pods = client.CoreV1Api(api_client).list_namespaced_pod("kube-system", label_selector="component=kube-scheduler").items
-    return {p.spec.node_name: (p.metadata.uid, p.status.container_statuses[0].restart_count,
-                               p.status.container_statuses[0].state.running.started_at) for p in pods}
 
 
 @pytest.fixture(scope="module")
 def second_scheduler(api_client):
-    before, schedulers = fingerprint(), own_schedulers(api_client)
-    assert sorted(schedulers) == sorted(real_control_planes())
-    ansible_playbook("playbooks/site.yml", "-e", "scheduler_config_mode=second_scheduler",
-                     "-e", "certificates_scheduler_secret_name=tas-scheduler-client")
-    yield before, schedulers
-    ansible_playbook("tests/incluster/second_scheduler_absent.yml")
-    assert not client.AppsV1Api(api_client).list_namespaced_deployment(
+    installed = client.AppsV1Api(api_client).list_namespaced_deployment(
         EXTENDER_NS, field_selector=f"metadata.name={NAME}").items
-    # installed and removed, and the cluster's own schedulers never restarted
-    assert own_schedulers(api_client) == schedulers
-    assert fingerprint() == before
+    assert installed, ("no second scheduler in the cluster: these checks need "
+                       "`ansible-playbook -i inventory/real-managed playbooks/site.yml` on a cluster without TAS "
+                       "(molecule realnode runs it after its first uninstall)")
+    return installed[0]
 
 
-def test_no_file_of_any_control_plane_changed(second_scheduler):
-    assert fingerprint() == second_scheduler[0]
+@pytest.mark.parametrize("node", real_control_planes())
+def test_no_file_of_any_control_plane_changed(second_scheduler, node):
+    snapshot = json.loads(pathlib.Path(os.environ["TAS_KUBEADM_FILES"]).read_text())
+    directory = REAL_CLUSTER_DIR / "nodes" / node / "fs" / "etc-kubernetes"
+    assert snapshot.get(str(directory)), f"the snapshot of kubeadm's files has nothing for {directory}"
+    assert differences(snapshot[str(directory)], hashes(directory)) == []
 
 
 def test_the_clusters_own_schedulers_never_restarted(api_client, second_scheduler):
-    assert own_schedulers(api_client) == second_scheduler[1]
+    recorded = recorded_own_schedulers()
+    assert sorted(recorded) == sorted(real_control_planes())
+    assert running_own_schedulers(api_client) == recorded
 
 
 def test_it_runs_two_replicas_one_leading(api_client, second_scheduler):

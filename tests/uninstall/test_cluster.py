@@ -8,11 +8,13 @@ cluster is the one KUBECONFIG names.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from support import wait_for
+from support import get_raw, wait_for
 
 NAMESPACES = ["telemetry-aware-scheduling", "custom-metrics", "monitoring", "health-metric-demo"]
 LOAD_ANNOTATIONS = {"cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d", "mem_usage_avg_5m",
@@ -36,6 +38,18 @@ def test_no_crd_apiservice_or_namespace_of_ours(api_client):
     assert absent(lambda: extensions.read_custom_resource_definition("taspolicies.telemetry.intel.com"))
     assert absent(lambda: registration.read_api_service("v1beta1.custom.metrics.k8s.io"))
     left = [name for name in NAMESPACES if not absent(lambda name=name: core.read_namespace(name))]
+    assert left == []
+
+
+def test_no_admission_policy_of_ours(api_client):
+    # the extender's node-patch policy and the second scheduler's mutating one, with their bindings
+    group = json.loads(get_raw(api_client, "/apis/admissionregistration.k8s.io/v1"))
+    kinds = [r["name"] for r in group["resources"]
+             if "admissionpolicies" in r["name"] or "admissionpolicybindings" in r["name"]]
+    assert "validatingadmissionpolicies" in kinds
+    left = [f"{kind}/{item['metadata']['name']}" for kind in kinds if "/" not in kind
+            for item in json.loads(get_raw(api_client, f"/apis/admissionregistration.k8s.io/v1/{kind}"))["items"]
+            if item["metadata"]["name"].startswith("tas-")]
     assert left == []
 
 

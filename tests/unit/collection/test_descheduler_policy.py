@@ -1,5 +1,6 @@
 """The descheduler role's policy: the caps, the label selector and the namespace scope land where
-the descheduler reads them, in the format its version reads.
+the descheduler reads them, in the format its version reads; and its CronJob, whose dry run
+may not evict.
 
 The template is rendered with Jinja and the two Ansible plugins it uses (the `version` test and
 `to_json`); the result is parsed as the descheduler would, as YAML. That the real descheduler
@@ -14,6 +15,7 @@ import pathlib
 import jinja2
 import pytest
 import yaml
+from ansible.plugins.filter.core import to_bool
 from ansible.plugins.test.core import version_compare
 
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "collections/ansible_collections/intel/tas/roles/descheduler"
@@ -70,3 +72,29 @@ def test_the_v1alpha1_format_gets_the_caps_it_knows():
     assert "maxNoOfPodsToEvictTotal" not in rendered
     params = rendered["strategies"]["RemovePodsViolatingNodeAffinity"]["params"]
     assert params["namespaces"] == {"exclude": ["kube-system"]}
+
+
+def cronjob(**overrides) -> dict[str, dict]:
+    """The kubernetes mode's objects by kind, the policy itself left out (rendered above)."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
+    environment.filters.update(to_json=json.dumps, bool=to_bool)
+    environment.globals["lookup"] = lambda kind, name: "{}"
+    text = environment.from_string((ROLE / "templates/cronjob.yaml.j2").read_text()).render({**DEFAULTS, **overrides})
+    return {document["kind"]: document for document in yaml.safe_load_all(text) if document}
+
+
+def test_the_descheduler_evicts_and_records_events_by_default():
+    objects = cronjob()
+    container = objects["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert "--dry-run" not in container["command"]
+    granted = {(resource, verb) for rule in objects["ClusterRole"]["rules"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert {("pods/eviction", "create"), ("events", "create")} <= granted
+
+
+def test_a_dry_run_is_told_so_and_may_not_evict_or_write_anything():
+    objects = cronjob(descheduler_dry_run=True)
+    container = objects["CronJob"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][-1] == "--dry-run"
+    verbs = {verb for rule in objects["ClusterRole"]["rules"] for verb in rule["verbs"]}
+    assert verbs == {"get", "list", "watch"}

@@ -1,6 +1,6 @@
 """Every file under a directory with its SHA-256, to compare a directory before and after.
 
-    python tests/uninstall/file_hashes.py snapshot FILE DIR...   write each DIR's hashes to FILE (JSON)
+    python tests/file_hashes.py snapshot FILE DIR...   write each DIR's hashes to FILE (JSON)
 
 The real-node scenario snapshots every control plane's /etc/kubernetes as kubeadm wrote it,
 before site.yml; test_kubeadm_files.py compares them after playbooks/uninstall.yml.
