@@ -13,9 +13,12 @@ install ($TAS_OWN_SCHEDULERS).
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import pathlib
+import ssl
 import uuid
 
 import pytest
@@ -24,12 +27,13 @@ from kubernetes import client
 from conftest import EXTENDER_NS
 from file_hashes import differences, hashes
 from support import REAL_CLUSTER_DIR, real_control_planes, recorded_own_schedulers, running_own_schedulers, wait_for
-from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, demo_pod, filter_rejects, place_demo_pods, ready_pods,
+from test_in_cluster import (DEADLINE, DEMO_NS, demo_pod, filter_rejects, place_demo_pods, ready_pods,
                              set_health)
 
 pytestmark = pytest.mark.managed
 
 NAME = "telemetry-aware-scheduler"
+CLIENT_SECRET = "tas-scheduler-client"
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +84,33 @@ def placed_by(core: client.CoreV1Api, pod: str) -> str:
     return events[0].reporting_component or events[0].source.component if events else ""
 
 
-def test_pods_it_places_avoid_the_node_their_policy_rejects(api_client, second_scheduler):
+@pytest.fixture(scope="module")
+def second_scheduler_tls(api_client, tmp_path_factory) -> ssl.SSLContext:
+    """The client pair the second scheduler's pods mount (its Secret; on a managed cluster the CA
+    is on the machine Ansible ran from, not on a control plane), as they present it."""
+    data = client.CoreV1Api(api_client).read_namespaced_secret(CLIENT_SECRET, EXTENDER_NS).data
+    directory = tmp_path_factory.mktemp("scheduler-client")
+    for key in ("ca.crt", "tls.crt", "tls.key"):
+        (directory / key).write_bytes(base64.b64decode(data[key]))
+    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+    context.check_hostname = False  # the extender is reached by pod IP
+    context.load_cert_chain(str(directory / "tls.crt"), str(directory / "tls.key"))
+    return context
+
+
+def test_pods_it_places_avoid_the_node_their_policy_rejects(api_client, second_scheduler, second_scheduler_tls):
     core = client.CoreV1Api(api_client)
     set_health("node-2", 1)
     names = [f"second-{uuid.uuid4().hex[:6]}" for _ in range(6)]
     try:
-        wait_for(lambda: filter_rejects(core, client_tls(), "node-2"), DEADLINE, "the filter to reject node-2")
+        wait_for(lambda: filter_rejects(core, second_scheduler_tls, "node-2"), DEADLINE, "the filter to reject node-2")
         placed = place_demo_pods(core, names, "every pod placed by the second scheduler Running")
         assert "node-2" not in placed.values(), placed
         assert {placed_by(core, n) for n in names} == {NAME}
     finally:
         for name in names:
-            core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+            with contextlib.suppress(client.exceptions.NotFoundException):  # not created: failed before
+                core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
         set_health("node-2", 0)
 
 
