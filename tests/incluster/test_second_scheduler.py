@@ -1,63 +1,61 @@
-"""scheduler_config_mode: second_scheduler on the real-node cluster seen as a managed one: a
-kube-scheduler of the cluster's version as a Deployment, the extender behind its profile, pods
-sent to it by the MutatingAdmissionPolicy on their policy label, no file of any control-plane
-node touched.
+"""scheduler_config_mode: second_scheduler on the real-node cluster: a kube-scheduler of the
+cluster's version as a Deployment, the extender behind its profile, pods sent to it by the
+MutatingAdmissionPolicy on their policy label, no file of any control-plane node touched.
 
-Marked `managed`: these need the install of inventory/real-managed (the example inventory of a
-managed cluster, no control plane in it), which molecule's realnode scenario makes after its
-first uninstall, with the demo, before removing it again (molecule/realnode/verify.yml):
-`pytest -m managed tests/incluster`. The scenario hashes kubeadm's files before anything is
-installed ($TAS_KUBEADM_FILES) and records the cluster's own kube-schedulers before the managed
-install ($TAS_OWN_SCHEDULERS).
+site.yml runs once more in that mode for this module (the cluster's own scheduler keeps what the
+default run gave it), and the mode is removed again afterwards.
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
-import os
-import pathlib
-import ssl
+import hashlib
 import uuid
 
 import pytest
 from kubernetes import client
 
-from conftest import EXTENDER_NS
-from file_hashes import differences, hashes
-from support import REAL_CLUSTER_DIR, real_control_planes, recorded_own_schedulers, running_own_schedulers, wait_for
-from test_in_cluster import (DEADLINE, DEMO_NS, demo_pod, filter_rejects, place_demo_pods, ready_pods,
+from conftest import EXTENDER_NS, ansible_playbook, node_path
+from support import real_control_planes, wait_for
+from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, demo_pod, filter_rejects, place_demo_pods, ready_pods,
                              set_health)
 
-pytestmark = pytest.mark.managed
-
 NAME = "telemetry-aware-scheduler"
-CLIENT_SECRET = "tas-scheduler-client"
+CONTROL_PLANE_FILES = ["/etc/kubernetes/manifests/kube-scheduler.yaml", "/etc/kubernetes/scheduler-config.yaml"]
+
+
+def fingerprint() -> dict[str, str]:
+    return {f"{node}:{path}": hashlib.sha256(node_path(node, path).read_bytes()).hexdigest()
+            for node in real_control_planes() for path in CONTROL_PLANE_FILES}
+
+
+def own_schedulers(api_client) -> dict[str, tuple[str, int, object]]:
+    """Each control plane's kube-scheduler: its pod's uid, its container's restarts and start."""
+    pods = client.CoreV1Api(api_client).list_namespaced_pod("kube-system", label_selector="component=kube-scheduler").items
+    return {p.spec.node_name: (p.metadata.uid, p.status.container_statuses[0].restart_count,
+                               p.status.container_statuses[0].state.running.started_at) for p in pods}
 
 
 @pytest.fixture(scope="module")
 def second_scheduler(api_client):
-    installed = client.AppsV1Api(api_client).list_namespaced_deployment(
+    before, schedulers = fingerprint(), own_schedulers(api_client)
+    assert sorted(schedulers) == sorted(real_control_planes())
+    ansible_playbook("playbooks/site.yml", "-e", "scheduler_config_mode=second_scheduler",
+                     "-e", "certificates_scheduler_secret_name=tas-scheduler-client")
+    yield before, schedulers
+    ansible_playbook("tests/incluster/second_scheduler_absent.yml")
+    assert not client.AppsV1Api(api_client).list_namespaced_deployment(
         EXTENDER_NS, field_selector=f"metadata.name={NAME}").items
-    assert installed, ("no second scheduler in the cluster: these checks need "
-                       "`ansible-playbook -i inventory/real-managed playbooks/site.yml` on a cluster without TAS "
-                       "(molecule realnode runs it after its first uninstall)")
-    return installed[0]
+    # installed and removed, and the cluster's own schedulers never restarted
+    assert own_schedulers(api_client) == schedulers
+    assert fingerprint() == before
 
 
-@pytest.mark.parametrize("node", real_control_planes())
-def test_no_file_of_any_control_plane_changed(second_scheduler, node):
-    snapshot = json.loads(pathlib.Path(os.environ["TAS_KUBEADM_FILES"]).read_text())
-    directory = REAL_CLUSTER_DIR / "nodes" / node / "fs" / "etc-kubernetes"
-    assert snapshot.get(str(directory)), f"the snapshot of kubeadm's files has nothing for {directory}"
-    assert differences(snapshot[str(directory)], hashes(directory)) == []
+def test_no_file_of_any_control_plane_changed(second_scheduler):
+    assert fingerprint() == second_scheduler[0]
 
 
 def test_the_clusters_own_schedulers_never_restarted(api_client, second_scheduler):
-    recorded = recorded_own_schedulers()
-    assert sorted(recorded) == sorted(real_control_planes())
-    assert running_own_schedulers(api_client) == recorded
+    assert own_schedulers(api_client) == second_scheduler[1]
 
 
 def test_it_runs_two_replicas_one_leading(api_client, second_scheduler):
@@ -84,33 +82,18 @@ def placed_by(core: client.CoreV1Api, pod: str) -> str:
     return events[0].reporting_component or events[0].source.component if events else ""
 
 
-@pytest.fixture(scope="module")
-def second_scheduler_tls(api_client, tmp_path_factory) -> ssl.SSLContext:
-    """The client pair the second scheduler's pods mount (its Secret; on a managed cluster the CA
-    is on the machine Ansible ran from, not on a control plane), as they present it."""
-    data = client.CoreV1Api(api_client).read_namespaced_secret(CLIENT_SECRET, EXTENDER_NS).data
-    directory = tmp_path_factory.mktemp("scheduler-client")
-    for key in ("ca.crt", "tls.crt", "tls.key"):
-        (directory / key).write_bytes(base64.b64decode(data[key]))
-    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
-    context.check_hostname = False  # the extender is reached by pod IP
-    context.load_cert_chain(str(directory / "tls.crt"), str(directory / "tls.key"))
-    return context
-
-
-def test_pods_it_places_avoid_the_node_their_policy_rejects(api_client, second_scheduler, second_scheduler_tls):
+def test_pods_it_places_avoid_the_node_their_policy_rejects(api_client, second_scheduler):
     core = client.CoreV1Api(api_client)
     set_health("node-2", 1)
     names = [f"second-{uuid.uuid4().hex[:6]}" for _ in range(6)]
     try:
-        wait_for(lambda: filter_rejects(core, second_scheduler_tls, "node-2"), DEADLINE, "the filter to reject node-2")
+        wait_for(lambda: filter_rejects(core, client_tls(), "node-2"), DEADLINE, "the filter to reject node-2")
         placed = place_demo_pods(core, names, "every pod placed by the second scheduler Running")
         assert "node-2" not in placed.values(), placed
         assert {placed_by(core, n) for n in names} == {NAME}
     finally:
         for name in names:
-            with contextlib.suppress(client.exceptions.NotFoundException):  # not created: failed before
-                core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+            core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
         set_health("node-2", 0)
 
 
