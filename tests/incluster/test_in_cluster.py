@@ -300,6 +300,13 @@ def on_node_1(core: client.CoreV1Api, name: str) -> list[client.V1Pod]:
     return [p for p in pods if p.spec.node_name == "node-1" and not p.metadata.deletion_timestamp]
 
 
+def make_node_1_violate(core: client.CoreV1Api) -> None:
+    """node-1 unhealthy, and labelled violating by the extender (what the descheduler acts on)."""
+    set_health("node-1", 2)
+    wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
+             DEADLINE, "node-1 labelled violating")
+
+
 def descheduler_policy_caps(core: client.CoreV1Api) -> tuple[int, int, int]:
     policy = core.read_namespaced_config_map("tas-descheduler-policy", "kube-system").data["policy.yaml"]
     policy = yaml.safe_load(policy)
@@ -309,8 +316,9 @@ def descheduler_policy_caps(core: client.CoreV1Api) -> tuple[int, int, int]:
 
 def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_client, healthy_nodes_after):
     core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
-    assert descheduler_policy_caps(core) == (5, 10, 20)
-    cap = descheduler_policy_caps(core)[0]
+    caps = descheduler_policy_caps(core)
+    assert caps == (5, 10, 20)
+    cap = caps[0]
     name = f"crowd-{uuid.uuid4().hex[:6]}"
 
     def suspend(value: bool) -> None:
@@ -322,9 +330,7 @@ def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_cli
     try:
         wait_for(lambda: not batch.read_namespaced_cron_job("tas-descheduler", "kube-system").status.active,
                  DEADLINE, "the descheduler run under way to finish")
-        set_health("node-1", 2)
-        wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
-                 DEADLINE, "node-1 labelled violating")
+        make_node_1_violate(core)
         resumed = datetime.datetime.now(datetime.timezone.utc)
         suspend(False)
         runs: dict[str, tuple[datetime.datetime, int]] = {}
@@ -352,9 +358,7 @@ def test_a_dry_run_names_the_pods_it_would_evict_and_evicts_none(api_client, hea
         assert cronjob.spec.job_template.spec.template.spec.containers[0].command[-1] == "--dry-run"
         crowd_node_1(core, apps, name, cap + 3)
         before = {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)}
-        set_health("node-1", 2)
-        wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
-                 DEADLINE, "node-1 labelled violating")
+        make_node_1_violate(core)
         labelled = datetime.datetime.now(datetime.timezone.utc)
         runs: dict[str, tuple[datetime.datetime, int]] = {}
         wait_for(lambda: descheduler_evictions(core, labelled, runs), DEADLINE, "a descheduler run after the label")

@@ -22,10 +22,16 @@ ROLE = pathlib.Path(__file__).resolve().parents[3] / "collections/ansible_collec
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
 
 
-def policy(version: str, **overrides) -> dict:
+def template_environment() -> jinja2.Environment:
+    """Jinja as Ansible renders the role's templates, with the plugins they use."""
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
     environment.tests["version"] = version_compare
-    environment.filters["to_json"] = json.dumps
+    environment.filters.update(to_json=json.dumps, bool=to_bool)
+    return environment
+
+
+def policy(version: str, **overrides) -> dict:
+    environment = template_environment()
     api = "descheduler/v1alpha2" if version_compare(version, "0.27.0", ">=") else "descheduler/v1alpha1"
     variables = {**DEFAULTS, **overrides, "ansible_managed": "managed", "__descheduler_version": version,
                  "__descheduler_policy_api": api}
@@ -76,8 +82,7 @@ def test_the_v1alpha1_format_gets_the_caps_it_knows():
 
 def cronjob(**overrides) -> dict[str, dict]:
     """The kubernetes mode's objects by kind, the policy itself left out (rendered above)."""
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
-    environment.filters.update(to_json=json.dumps, bool=to_bool)
+    environment = template_environment()
     environment.globals["lookup"] = lambda kind, name: "{}"
     text = environment.from_string((ROLE / "templates/cronjob.yaml.j2").read_text()).render({**DEFAULTS, **overrides})
     return {document["kind"]: document for document in yaml.safe_load_all(text) if document}
