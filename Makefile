@@ -101,9 +101,11 @@ realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice,
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.
 export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
+# ... and its slowest tests here, for finding where the time goes
+export TAS_TEST_DURATIONS := $(CURDIR)/build/test-durations.txt
 
 test: ## Everything CI runs
-	@rm -f $(TAS_TEST_FAILURES)
+	@rm -f $(TAS_TEST_FAILURES) $(TAS_TEST_DURATIONS)
 	@$(MAKE) --no-print-directory unit lint integration molecule realnode || { \
 	  echo "make test failed"; [ ! -s $(TAS_TEST_FAILURES) ] || cat $(TAS_TEST_FAILURES); exit 2; }
 

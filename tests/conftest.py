@@ -48,7 +48,9 @@ def namespace(api_client) -> Iterator[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """Append this run's failures, one line each, to the file $TAS_TEST_FAILURES names (make test
     sets it and prints the file last): a long run's failures are then readable from its tail,
-    however far up pytest's own report is, even when pytest ran inside a molecule step."""
+    however far up pytest's own report is, even when pytest ran inside a molecule step. The run's
+    slowest tests go to $TAS_TEST_DURATIONS alike (molecule shows only pytest's last line)."""
+    record_durations(terminalreporter, config)
     path = os.environ.get("TAS_TEST_FAILURES")
     failed = terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
     if not path or not failed:
@@ -58,6 +60,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         crash = getattr(report.longrepr, "reprcrash", None)
         reason = crash.message.splitlines()[0] if crash and crash.message else str(report.longrepr).splitlines()[-1]
         lines.append(f"  {report.nodeid} ({report.when}): {reason[:400]}")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def record_durations(terminalreporter, config, slowest: int = 12) -> None:
+    path = os.environ.get("TAS_TEST_DURATIONS")
+    if not path:
+        return
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+    if not seconds:
+        return
+    lines = [f"pytest {' '.join(config.invocation_params.args)}: {sum(seconds.values()):.0f} s in {len(seconds)} tests"]
+    for nodeid, spent in sorted(seconds.items(), key=lambda item: -item[1])[:slowest]:
+        lines.append(f"  {spent:7.1f} s  {nodeid}")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
