@@ -355,10 +355,16 @@ def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_cli
         apps.delete_namespaced_deployment(name, DEMO_NS)
 
 
-def test_a_dry_run_names_the_pods_it_would_evict_and_evicts_none(api_client, healthy_nodes_after):
+def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, healthy_nodes_after):
     """descheduler_dry_run: the role's CronJob runs the descheduler with --dry-run under an account
-    that may not evict; with more pods violating on node-1 than the per-node cap, a run logs pods
-    of node-1 it would evict, no more than the cap, and every pod stays where it was."""
+    that may not evict. With more pods violating on node-1 than the per-node cap, two runs (the
+    first alone would evict the cap, as the cap test shows) leave every pod where it was, log no
+    real eviction, and name only pods of node-1, no more than the cap.
+
+    How many each run names is not asserted: descheduler 0.35 and 0.36 start a dry run's first
+    cycle before its copy of the cluster is filled (kubernetes-sigs/descheduler#1917, fix not
+    released), and the CronJob runs one cycle, so a run names anything from none to the cap
+    (seen: 0, 1 and 5). docs/reliability.md and the role's README say so."""
     core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
     cap = descheduler_policy_caps(core)[0]
     name = f"dry-{uuid.uuid4().hex[:6]}"
@@ -370,14 +376,20 @@ def test_a_dry_run_names_the_pods_it_would_evict_and_evicts_none(api_client, hea
         before = {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)}
         resumed = make_node_1_violate_between_runs(core, batch)
         runs: dict[str, tuple[datetime.datetime, int]] = {}
-        wait_for(lambda: descheduler_evictions(core, resumed, runs), DEADLINE, "a descheduler run after the label")
+        logs: dict[str, str] = {}
+
+        def two_runs() -> bool:
+            for run in descheduler_evictions(core, resumed, runs):
+                logs.setdefault(run, core.read_namespaced_pod_log(run, "kube-system"))
+            return len(logs) >= 2
+
+        wait_for(two_runs, DEADLINE, "two descheduler runs after the label")
         on_node = {p.metadata.name for p in core.list_namespaced_pod(DEMO_NS).items if p.spec.node_name == "node-1"}
-        for run in runs:
-            log = core.read_namespaced_pod_log(run, "kube-system")
+        for run, log in logs.items():
             would = re.findall(r'"Evicted pod in dry run mode" pod="' + DEMO_NS + r'/([^"]+)"', log)
-            # a dry run counts what it would evict against the caps as a real one does
-            assert len(would) == cap and set(would) <= on_node, (run, would, on_node)
-            assert '"Evicted pod" ' not in log
+            print(f"{run} would evict {len(would)}: {would}")
+            assert len(would) <= cap and set(would) <= on_node, (run, would, on_node)
+            assert '"Evicted pod" ' not in log, run
         assert {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)} == before
     finally:
         ansible_playbook("playbooks/site.yml", "--tags", "descheduler")
