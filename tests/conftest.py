@@ -60,6 +60,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         crash = getattr(report.longrepr, "reprcrash", None)
         reason = crash.message.splitlines()[0] if crash and crash.message else str(report.longrepr).splitlines()[-1]
         lines.append(f"  {report.nodeid} ({report.when}): {reason[:400]}")
+    append_lines(path, lines)
+
+
+def append_lines(path: str, lines: list[str]) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
         out.write("\n".join(lines) + "\n")
@@ -79,6 +83,4 @@ def record_durations(terminalreporter, config, slowest: int = 12) -> None:
     lines = [f"pytest {' '.join(config.invocation_params.args)}: {sum(seconds.values()):.0f} s in {len(seconds)} tests"]
     for nodeid, spent in sorted(seconds.items(), key=lambda item: -item[1])[:slowest]:
         lines.append(f"  {spent:7.1f} s  {nodeid}")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n")
+    append_lines(path, lines)

@@ -113,8 +113,7 @@ def healthy_nodes_after(api_client):
     for node in WORKERS:
         set_health(node, 0)
     core = client.CoreV1Api(api_client)
-    wait_for(lambda: not [n for n in WORKERS if (core.read_node(n).metadata.labels or {}).get(DEMO_POLICY) == "violating"],
-             DEADLINE, "every worker's violating label lifted")
+    wait_for(lambda: not any(violating(core, n) for n in WORKERS), DEADLINE, "every worker's violating label lifted")
 
 
 # --- what runs in the pods ----------------------------------------------------------------
@@ -305,11 +304,15 @@ def on_node_1(core: client.CoreV1Api, name: str) -> list[client.V1Pod]:
     return [p for p in pods if p.spec.node_name == "node-1" and not p.metadata.deletion_timestamp]
 
 
+def violating(core: client.CoreV1Api, node: str) -> bool:
+    """Whether the extender labels the node violating the demo policy."""
+    return (core.read_node(node).metadata.labels or {}).get(DEMO_POLICY) == "violating"
+
+
 def make_node_1_violate(core: client.CoreV1Api) -> None:
     """node-1 unhealthy, and labelled violating by the extender (what the descheduler acts on)."""
     set_health("node-1", 2)
-    wait_for(lambda: (core.read_node("node-1").metadata.labels or {}).get(DEMO_POLICY) == "violating",
-             DEADLINE, "node-1 labelled violating")
+    wait_for(lambda: violating(core, "node-1"), DEADLINE, "node-1 labelled violating")
 
 
 def descheduler_policy_caps(core: client.CoreV1Api) -> tuple[int, int, int]:
@@ -364,7 +367,7 @@ def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, h
     How many each run names is not asserted: descheduler 0.35 and 0.36 start a dry run's first
     cycle before its copy of the cluster is filled (kubernetes-sigs/descheduler#1917, fix not
     released), and the CronJob runs one cycle, so a run names anything from none to the cap
-    (seen: 0, 1 and 5). docs/reliability.md and the role's README say so."""
+    (seen: 0, 1 and 5). docs/reliability.md and the role's defaults say so."""
     core, apps, batch = client.CoreV1Api(api_client), client.AppsV1Api(api_client), client.BatchV1Api(api_client)
     cap = descheduler_policy_caps(core)[0]
     name = f"dry-{uuid.uuid4().hex[:6]}"
@@ -387,7 +390,6 @@ def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, h
         on_node = {p.metadata.name for p in core.list_namespaced_pod(DEMO_NS).items if p.spec.node_name == "node-1"}
         for run, log in logs.items():
             would = re.findall(r'"Evicted pod in dry run mode" pod="' + DEMO_NS + r'/([^"]+)"', log)
-            print(f"{run} would evict {len(would)}: {would}")
             assert len(would) <= cap and set(would) <= on_node, (run, would, on_node)
             assert '"Evicted pod" ' not in log, run
         assert {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)} == before
