@@ -4,6 +4,7 @@ benchmarks (`from tests.support import ...`, run from the repository's root)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import pathlib
 import socket
@@ -31,6 +32,32 @@ def real_cluster() -> dict:
 
 def real_control_planes() -> list[str]:
     return [node["name"] for node in real_cluster()["nodes"] if node["control_plane"]]
+
+
+def own_schedulers(pods: list[dict]) -> dict[str, tuple[str, int, datetime.datetime]]:
+    """The cluster's own kube-scheduler on each control plane, from its pods as the API serves
+    them: the pod's uid, its container's restarts and when that container started. A restart, a
+    new pod or a changed manifest each change it."""
+    found = {}
+    for pod in pods:
+        container = pod["status"]["containerStatuses"][0]
+        found[pod["spec"]["nodeName"]] = (pod["metadata"]["uid"], container["restartCount"],
+                                          datetime.datetime.fromisoformat(container["state"]["running"]["startedAt"]))
+    return found
+
+
+def running_own_schedulers(api_client) -> dict[str, tuple[str, int, datetime.datetime]]:
+    from kubernetes import client
+
+    pods = client.CoreV1Api(api_client).list_namespaced_pod("kube-system", label_selector="component=kube-scheduler")
+    return own_schedulers(api_client.sanitize_for_serialization(pods)["items"])
+
+
+def recorded_own_schedulers() -> dict[str, tuple[str, int, datetime.datetime]]:
+    """As the realnode scenario recorded them before its managed install ($TAS_OWN_SCHEDULERS)."""
+    import json
+
+    return own_schedulers(json.loads(pathlib.Path(os.environ["TAS_OWN_SCHEDULERS"]).read_text()))
 
 
 def free_port() -> int:

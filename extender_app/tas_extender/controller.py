@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
+from kubernetes.client import CoreV1EventList
 
+from tas_extender import reports
 from tas_extender.backoff import Backoff
 from tas_extender.engine import Engine
 from tas_extender.load.mode import LoadAware
@@ -293,6 +295,15 @@ class Controller:
     def _list_policies(self, **kwargs: Any) -> Any:
         return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
+    # --- what the schedulers and the descheduler report (reports.py) ---------------------
+    # The return annotation tells the watch what to decode its events into.
+
+    def _list_scheduler_events(self, **kwargs: Any) -> CoreV1EventList:
+        return self.core.list_event_for_all_namespaces(field_selector=reports.SCHEDULER_FIELDS, **kwargs)
+
+    def _list_descheduler_events(self, **kwargs: Any) -> CoreV1EventList:
+        return self.core.list_event_for_all_namespaces(field_selector=reports.DESCHEDULER_FIELDS, **kwargs)
+
     # --- nodes --------------------------------------------------------------------------
 
     def _node_entry(self, node: Any) -> tuple[dict[str, str], dict[str, str]]:
@@ -346,8 +357,24 @@ class Controller:
             return {name: annotations for name, (_, annotations) in self.nodes.items()}
 
     def start(self, policies: bool = True, pods: LoadAware | None = None) -> None:
-        """Start the watches: nodes always, policies unless they come from files, pods for `pods`."""
+        """Start the watches: nodes and the Events counted in reports.py always, policies unless
+        they come from files, pods for `pods`."""
         watches: list[_Watch] = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
+        scheduler = reports.EventCounts(self.telemetry.scheduler_call_failures, reports.scheduler_call_failed)
+        watches.append(("scheduler-event", self._list_scheduler_events, scheduler.on_list, scheduler.on_event))
+        descheduler = reports.EventCounts(self.telemetry.descheduler_evictions, reports.descheduler_result)
+        runs = reports.RunEvictions()
+        self.telemetry.descheduler_busiest_run.set_function(runs.busiest)
+
+        def on_descheduler_list(items: list[Any]) -> None:
+            descheduler.on_list(items)
+            runs.on_list(items)
+
+        def on_descheduler_event(kind: str, event: Any) -> None:
+            descheduler.on_event(kind, event)
+            runs.on_event(kind, event)
+
+        watches.append(("descheduler-event", self._list_descheduler_events, on_descheduler_list, on_descheduler_event))
         if policies:
             watches.append(("policy", self._list_policies, self._on_policy_list, self._on_policy_event))
         if pods is not None:

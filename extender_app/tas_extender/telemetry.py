@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+# What reports.descheduler_result calls the descheduler's Events
+DESCHEDULER_RESULTS = ("evicted", "cap_node", "cap_namespace", "cap_total", "failed")
+
 
 class Telemetry:
     def __init__(self) -> None:
@@ -38,6 +41,21 @@ class Telemetry:
             "tas_extender_certificate_expiry_timestamp_seconds",
             "When the served certificate, and the CA that clients must be signed by, expire (Unix time)",
             ["certificate"], registry=self.registry)
+        # counted from other components' Events (reports.py)
+        self.scheduler_call_failures = Counter(
+            "tas_extender_scheduler_call_failures",
+            "Scheduling attempts a scheduler reported failed because its call to the extender's filter failed"
+            " (FailedScheduling Events)", ["scheduler"], registry=self.registry)
+        self.descheduler_evictions = Counter(
+            "tas_extender_descheduler_evictions",
+            "The descheduler's evictions (evicted), the evictions it refused at a cap (cap_node, cap_namespace,"
+            " cap_total) and the ones that failed (its Events)", ["result"], registry=self.registry)
+        for result in DESCHEDULER_RESULTS:  # each series from 0: the first one counts in increase()
+            self.descheduler_evictions.labels(result)
+        self.descheduler_busiest_run = Gauge(
+            "tas_extender_descheduler_busiest_run_evictions",
+            "The most pods one descheduler run evicted from one node, among the runs of the last 10 minutes"
+            " (its Events)", registry=self.registry)
         self.label_patches = Counter(
             "tas_extender_node_label_patches_total", "Node label patches sent by the controller",
             registry=self.registry)

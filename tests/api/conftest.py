@@ -98,15 +98,18 @@ class Served:
         return self.log.read_text()
 
 
-def start_serve(tmp_path: pathlib.Path, args: list[str]) -> Served:
-    """`tas-extender serve` with the demo policy and metrics files on a free port of 127.0.0.1."""
+def start_serve(tmp_path: pathlib.Path, args: list[str], policy_files: tuple[pathlib.Path, ...] = (),
+                metrics_file: pathlib.Path = FIXTURES / "health.prom") -> Served:
+    """`tas-extender serve` on a free port of 127.0.0.1 with the demo policy (and `policy_files`)
+    and the metrics file."""
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
+    policies = [arg for path in (FIXTURES / "policies" / "demo-policy.yaml", *policy_files)
+                for arg in ("--policy-file", str(path))]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [tas_extender_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args,
-             "--policy-file", str(FIXTURES / "policies" / "demo-policy.yaml"),
-             "--metrics-file", str(FIXTURES / "health.prom"), "--syncPeriod", "1s"],
+            [tas_extender_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args, *policies,
+             "--metrics-file", str(metrics_file), "--syncPeriod", "1s"],
             stdout=out, stderr=subprocess.STDOUT)
     scheme = "http" if "--unsafe" in args else "https"
     return Served(f"{scheme}://127.0.0.1:{port}", proc, log)
@@ -151,6 +154,21 @@ def plain_server(tmp_path_factory):
     wait_ready(served)
     yield served
     stop(served)
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """start_serve for a test (its arguments but the directory); every process it started is
+    stopped afterwards."""
+    started: list[Served] = []
+
+    def start(args: list[str], **kwargs) -> Served:
+        started.append(start_serve(tmp_path, args, **kwargs))
+        return started[-1]
+
+    yield start
+    for served in started:
+        stop(served)
 
 
 @pytest.fixture

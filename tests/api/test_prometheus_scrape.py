@@ -9,10 +9,13 @@ the next evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 
 import httpx
 import jinja2
@@ -63,8 +66,10 @@ def extender(own_tls_server):
     return served
 
 
-@pytest.fixture
-def prometheus(pki, extender, tmp_path):
+@contextlib.contextmanager
+def scraping(pki, extender, tmp_path: pathlib.Path, **settings: object) -> Iterator[Prometheus]:
+    """Prometheus scraping `extender` with the role's scrape job and alert rules (role variables
+    `settings` changed), until the end of the block."""
     if not pathlib.Path(PROMETHEUS).exists():
         pytest.fail(f"prometheus not found at {PROMETHEUS}: `make prometheus-tools` installs it")
     tls = tmp_path / "tls"
@@ -75,7 +80,7 @@ def prometheus(pki, extender, tmp_path):
     settings = {"prometheus_deploy_mode": "host", "prometheus_config_dir": str(tmp_path),
                 "prometheus_scrape_interval": "1s", "prometheus_load_rules": False, "prometheus_alerts": True,
                 "prometheus_alerts_for": "0s", "prometheus_extender_tls_dir": str(tls),
-                "prometheus_extender_targets": [extender.url.removeprefix("https://")]}
+                "prometheus_extender_targets": [extender.url.removeprefix("https://")], **settings}
     (tmp_path / "prometheus.yml").write_text(render("prometheus.yml.j2", **settings))
     (tmp_path / "alert-rules.yml").write_text(render("alert-rules.yml.j2", **settings))
     port = free_port()
@@ -94,6 +99,12 @@ def prometheus(pki, extender, tmp_path):
         proc.wait(10)
 
 
+@pytest.fixture
+def prometheus(pki, extender, tmp_path):
+    with scraping(pki, extender, tmp_path) as served:
+        yield served
+
+
 def filter_calls(extender, pki, count: int) -> None:
     request = json.loads(REQUEST.read_text())
     with httpx.Client(verify=pki.client_context(), timeout=10) as client:
@@ -105,7 +116,7 @@ def filter_calls(extender, pki, count: int) -> None:
 
 
 # Written by the controller, which needs a cluster: tests/incluster runs these panels too.
-CONTROLLER_METRICS = ("tas_extender_violating_nodes",)
+CONTROLLER_METRICS = ("tas_extender_violating_nodes", "tas_extender_descheduler_evictions_total")
 
 
 def test_every_dashboard_panel_query_returns_data(prometheus, extender, pki):
@@ -138,3 +149,64 @@ def test_every_alert_rule_evaluates_and_the_ones_whose_condition_is_caused_fire(
              "TASExtenderDown to fire once the extender is stopped")
     firing = prometheus.alerts()["TASExtenderDown"]["alerts"][0]
     assert firing["labels"]["severity"] == "critical" and firing["annotations"]["summary"], firing
+
+
+FULL_NODES = REPO / "tests/fixtures/scheduler-requests/filter-full-nodes-k8s1.36.json"
+
+
+def slow_filter_calls(extender, pki, count: int) -> None:
+    """Filter requests of 5000 full Node objects (the scheduler's own, copied and renamed)."""
+    request = json.loads(FULL_NODES.read_text())
+    template = request["Nodes"]["items"][0]
+    request["Nodes"]["items"] = [{**template, "metadata": {**template["metadata"], "name": f"node-{i}"}}
+                                 for i in range(1, 5001)]
+    body = json.dumps(request).encode()
+    with httpx.Client(verify=pki.client_context(), timeout=60) as client:
+        for _ in range(count):
+            answer = client.post(f"{extender.url}/scheduler/filter", content=body,
+                                 headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200, answer.text[:500]
+
+
+INVALID_POLICY = """\
+apiVersion: telemetry.intel.com/v1alpha1
+kind: TASPolicy
+metadata: {name: broken, namespace: default}
+spec:
+  strategies:
+    dontschedule:
+      rules: [{metricname: health_metric, operator: Sometimes, target: 1}]
+"""
+
+
+def test_the_alerts_on_policies_telemetry_certificates_and_slow_answers_fire_when_caused(pki, serve, tmp_path):
+    """An extender in trouble, each alert's condition caused as it comes about in a cluster:
+    a policy it refuses (an unknown operator), a metrics file whose samples were stamped an hour
+    ago by a collector that stopped, then that file gone; certificates that expire within a day
+    (the test PKI's), inside the 14 days the rule warns ahead; and answers slower than the
+    threshold (set to 50 ms here): filter requests that carry 5000 full Node objects."""
+    invalid = tmp_path / "broken-policy.yaml"
+    invalid.write_text(INVALID_POLICY)
+    an_hour_ago = int((time.time() - 3600) * 1000)
+    metrics = tmp_path / "health.prom"
+    metrics.write_text("".join(f'health_metric{{node="node-{n}"}} 0 {an_hour_ago}\n' for n in (1, 2, 3)))
+    served = serve(["--cert", pki.path("server.crt"), "--key", pki.path("server.key"), "--cacert", pki.path("ca.crt")],
+                   policy_files=(invalid,), metrics_file=metrics)
+    with scraping(pki, served, tmp_path, prometheus_alerts_slow_seconds=0.05) as prometheus:
+        def firing(alert: str) -> list[dict]:
+            rule = prometheus.alerts()[alert]
+            return rule["alerts"] if rule["state"] == "firing" else []
+
+        assert not firing("TASExtenderSlowRequests")
+        slow_filter_calls(served, pki, 5)
+        for alert in ("TASPolicyInvalid", "TASTelemetryStale", "TASCertificateExpiring",
+                      "TASExtenderSlowRequests"):
+            wait_for(lambda alert=alert: firing(alert), DEADLINE, f"{alert} to fire")
+        assert firing("TASTelemetryStale")[0]["labels"]["metric"] == "health_metric"
+        assert {a["labels"]["certificate"] for a in firing("TASCertificateExpiring")} == {"serving", "ca"}
+        assert {a["labels"]["verb"] for a in firing("TASExtenderSlowRequests")} == {"filter"}
+        assert not firing("TASMetricSourceDown")
+
+        metrics.unlink()
+        wait_for(lambda: firing("TASMetricSourceDown"), DEADLINE, "TASMetricSourceDown to fire once the file is gone")
+        assert firing("TASMetricSourceDown")[0]["labels"]["source"] == "file"

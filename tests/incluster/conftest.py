@@ -19,7 +19,7 @@ WORKERS = ["node-1", "node-2", "node-3"]
 
 # A node's own directories, as realnode.sh bind-mounts them from nodes/<node>/fs/.
 NODE_DIRS = {"/etc/kubernetes": "etc-kubernetes", "/etc/tas": "etc-tas",
-             "/var/lib/node-exporter": "var-lib-node-exporter"}
+             "/var/lib/node-exporter": "var-lib-node-exporter", "/var/log/kubernetes": "var-log-kubernetes"}
 
 
 def node_path(node: str, path: str) -> pathlib.Path:
@@ -35,21 +35,21 @@ def kubeconfig() -> str:
     return ready_kubeconfig(str(REAL_CLUSTER_DIR / "kubeconfig"), "make demo")
 
 
-def run_ansible(program: str, *args: str, succeed: bool = True) -> subprocess.CompletedProcess:
-    """Run ansible-playbook or ansible against the real-node cluster's inventory, as make demo
-    does; its output read as plain text (molecule forces colours in its environment). Asserts
-    that it succeeded, unless succeed is False."""
+def run_ansible(program: str, *args: str, succeed: bool = True, inventory: str = "real") -> subprocess.CompletedProcess:
+    """Run ansible-playbook or ansible against the real-node cluster's inventory (inventory/real,
+    as make demo does, or another under inventory/); its output read as plain text (molecule
+    forces colours in its environment). Asserts that it succeeded, unless succeed is False."""
     env = dict(os.environ, KUBECONFIG=str(REAL_CLUSTER_DIR / "kubeconfig"),
                PATH=f"{REAL_CLUSTER_DIR / 'bin'}:{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}",
                ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     result = subprocess.run([str(pathlib.Path(sys.executable).with_name(program)),
-                             "-i", str(REPO / "inventory" / "real"), *args],
+                             "-i", str(REPO / "inventory" / inventory), *args],
                             cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if succeed:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     return result
 
 
-def ansible_playbook(*args: str, succeed: bool = True) -> subprocess.CompletedProcess:
+def ansible_playbook(*args: str, succeed: bool = True, inventory: str = "real") -> subprocess.CompletedProcess:
     """Run a playbook against the real-node cluster, as make demo does."""
-    return run_ansible("ansible-playbook", *args, succeed=succeed)
+    return run_ansible("ansible-playbook", *args, succeed=succeed, inventory=inventory)

@@ -1,8 +1,8 @@
 """prometheus_adapter_deploy_mode: existing on the real-node cluster: a platform team's
 prometheus-adapter (their-adapter.yaml, as its Helm chart makes it) serves the custom metrics
-API before the collection comes; site.yml adds our rule to its configuration and leaves its
-APIService and Deployment as they were, the extender decides by health read through it, and
-removal gives its configuration back byte for byte.
+API before the collection comes; site.yml (its adapter role) adds our rule to its
+configuration and leaves its APIService and Deployment as they were, the extender decides by
+health read through it, and removal gives its configuration back byte for byte.
 
 Our own adapter is removed for this module and put back afterwards.
 """
@@ -66,7 +66,9 @@ def existing(api_client):
         before = theirs(api_client)
         # the role in its default mode will not take the API over
         refused = ansible_playbook(ADAPTER, succeed=False)
-        ansible_playbook("playbooks/site.yml", "-e", "prometheus_adapter_deploy_mode=existing")
+        # site.yml's adapter role alone (its tag): the rest of the stack is installed already
+        ansible_playbook("playbooks/site.yml", "--tags", "prometheus_adapter",
+                         "-e", "prometheus_adapter_deploy_mode=existing")
         yield before, refused
     finally:
         # theirs gone, ours back, for the modules after this one

@@ -7,6 +7,8 @@ realnode); every node's health is 0 before and after each test.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import datetime
 import json
 import re
@@ -14,6 +16,7 @@ import socket
 import ssl
 import threading
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,6 +25,7 @@ from cryptography import x509
 from kubernetes import client
 
 from conftest import ADAPTER_NS, EXTENDER_NS, MONITORING_NS, WORKERS, ansible_playbook, node_path
+from dashboard_picture import prometheus_range, render
 from support import REPO, get_raw, wait_for
 
 DEADLINE = 180
@@ -65,26 +69,35 @@ def served_health(api_client) -> dict[str, str]:
     return {i["describedObject"]["name"]: i["value"] for i in body["items"]}
 
 
-def filter_calls(core: client.CoreV1Api, tls: ssl.SSLContext) -> float:
-    """The scheduler's filter calls counted by every extender replica (its own /metrics)."""
-    total = 0.0
+def replica_values(core: client.CoreV1Api, tls: ssl.SSLContext, series: str) -> list[float]:
+    """The value of one series on each ready extender replica's own /metrics (0 where it has none)."""
+    values = []
     for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
         text = httpx.get(f"https://{pod.status.pod_ip}:9001/metrics", verify=tls, timeout=10).text
-        match = re.search(r'^tas_extender_request_duration_seconds_count\{verb="filter"\} (\S+)$', text, re.M)
-        total += float(match.group(1)) if match else 0.0
-    return total
+        match = re.search(f"^{re.escape(series)} (\\S+)$", text, re.M)
+        values.append(float(match.group(1)) if match else 0.0)
+    return values
+
+
+def filter_calls(core: client.CoreV1Api, tls: ssl.SSLContext) -> float:
+    """The scheduler's filter calls counted by every extender replica."""
+    return sum(replica_values(core, tls, 'tas_extender_request_duration_seconds_count{verb="filter"}'))
+
+
+def filter_answers(core: client.CoreV1Api, tls: ssl.SSLContext, pod: dict | None = None) -> list[dict[str, str]]:
+    """Each ready extender replica's FailedNodes over the workers for a pod's metadata (a demo
+    pod's by default), as the scheduler asks."""
+    pod = pod or {"name": "probe", "namespace": DEMO_NS, "labels": {"telemetry-policy": DEMO_POLICY}}
+    request = {"Pod": {"metadata": pod}, "NodeNames": WORKERS}
+    return [httpx.post(f"https://{p.status.pod_ip}:9001/scheduler/filter", json=request,
+                       verify=tls, timeout=10).json()["FailedNodes"]
+            for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")]
 
 
 def filter_rejects(core: client.CoreV1Api, tls: ssl.SSLContext, node: str) -> bool:
     """True when every extender replica's filter rejects `node` for a demo pod."""
-    request = {"Pod": {"metadata": {"name": "probe", "namespace": DEMO_NS,
-                                    "labels": {"telemetry-policy": DEMO_POLICY}}},
-               "NodeNames": WORKERS}
-    pods = ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")
-    return bool(pods) and all(
-        node in httpx.post(f"https://{p.status.pod_ip}:9001/scheduler/filter", json=request,
-                           verify=tls, timeout=10).json()["FailedNodes"]
-        for p in pods)
+    answers = filter_answers(core, tls)
+    return bool(answers) and all(node in failed for failed in answers)
 
 
 def demo_pod(name: str) -> client.V1Pod:
@@ -170,8 +183,17 @@ def test_prometheus_scrapes_every_extender_replica_over_mutual_tls_and_loads_the
     alerts = {r["name"]: r["state"] for g in rules if g["name"] == "tas-extender" for r in g["rules"]}
     assert set(alerts) == {"TASExtenderDown", "TASExtenderBadRequests", "TASExtenderSlowRequests",
                            "TASMetricSourceDown", "TASTelemetryStale", "TASPolicyInvalid",
-                           "TASCertificateExpiring"}, alerts
+                           "TASSchedulerCannotCallExtender", "TASCertificateExpiring",
+                           "TASDeschedulerAtEvictionCap"}, alerts
     assert alerts["TASExtenderDown"] == "inactive" and alerts["TASMetricSourceDown"] == "inactive", alerts
+
+
+def active_alerts(core: client.CoreV1Api, name: str) -> list[dict[str, str]]:
+    """The labels of each pending or firing alert `name` of the bundled Prometheus: its condition
+    holds (firing follows after prometheus_alerts_for)."""
+    pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
+    alerts = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    return [alert["labels"] for alert in alerts if alert["labels"]["alertname"] == name]
 
 
 def test_every_dashboard_panel_shows_data_from_the_cluster(api_client):
@@ -195,10 +217,42 @@ def test_every_dashboard_panel_shows_data_from_the_cluster(api_client):
         return True
 
     wait_for(every_panel_has_data, DEADLINE, "every dashboard panel's query to return data")
+    # what Grafana would show (none is built here), for the docs: build/dashboard.svg
+    (REPO / "build").mkdir(exist_ok=True)
+    (REPO / "build/dashboard.svg").write_text(render(dashboard, prometheus_range(f"http://{prometheus}:9090")))
+
+
+def test_the_dashboard_is_given_to_the_grafana_the_cluster_runs(api_client):
+    """The prometheus role finds the cluster's Grafana (here a stand-in, as Grafana cannot run on
+    this machine: tests/incluster/grafana-standin.yaml) and gives its dashboard sidecar the
+    collection's dashboard, as a ConfigMap with the sidecar's label in Grafana's namespace."""
+    found = client.CoreV1Api(api_client).list_config_map_for_all_namespaces(
+        label_selector="app.kubernetes.io/name=tas-extender-dashboard").items
+    assert [(c.metadata.namespace, c.metadata.name) for c in found] == [("grafana-standin", "tas-extender-dashboard")]
+    assert found[0].metadata.labels["grafana_dashboard"] == "1"
+    shipped = (REPO / "collections/ansible_collections/intel/tas/dashboards/tas-extender.json").read_text()
+    assert json.loads(found[0].data["tas-extender.json"]) == json.loads(shipped)
 
 
 def test_custom_metrics_api_serves_every_worker(api_client):
     assert sorted(served_health(api_client)) == WORKERS
+
+
+def test_the_api_server_checks_the_adapter_by_our_ca(api_client):
+    """The custom metrics APIService trusts the certificates role's CA, not any certificate
+    (insecureSkipTLSVerify); the adapter's pod serves the certificate that CA signed for the
+    name the API server checks, prometheus-adapter.<namespace>.svc, from the mounted Secret."""
+    apiservice = client.ApiregistrationV1Api(api_client).read_api_service("v1beta1.custom.metrics.k8s.io")
+    ca = node_path("control-plane", "/etc/tas/pki/ca.crt").read_bytes()
+    assert not apiservice.spec.insecure_skip_tls_verify
+    assert base64.b64decode(apiservice.spec.ca_bundle) == ca
+    assert {c.type: c.status for c in apiservice.status.conditions}["Available"] == "True"
+    pod = ready_pods(client.CoreV1Api(api_client), ADAPTER_NS, "app.kubernetes.io/name=prometheus-adapter")[0]
+    context = ssl.create_default_context(cadata=ca.decode())
+    with socket.create_connection((pod.status.pod_ip, 6443), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=f"prometheus-adapter.{ADAPTER_NS}.svc") as tls:
+        served = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+    assert served.issuer == x509.load_pem_x509_certificate(ca).subject
 
 
 def test_extender_counts_the_schedulers_calls(api_client):
@@ -271,9 +325,12 @@ def demo_deployment(name: str, replicas: int) -> client.V1Deployment:
 
 
 def descheduler_evictions(core: client.CoreV1Api, since: datetime.datetime,
-                          seen: dict[str, tuple[datetime.datetime, int]]) -> dict[str, tuple[datetime.datetime, int]]:
+                          seen: dict[str, tuple[datetime.datetime, int]],
+                          logs: dict[str, str] | None = None) -> dict[str, tuple[datetime.datetime, int]]:
     """(start, evictions) of each finished descheduler run whose pod was created after `since`,
-    by pod, the count from the run's own log; `seen` keeps runs whose Job history is gone."""
+    by pod, the count from the run's own log; `seen` keeps runs whose Job history is gone, and
+    `logs` their logs, read once: the CronJob deletes a finished run's pod when a newer one
+    finishes (its history limit), so a log read again later may be gone (404)."""
     for pod in core.list_namespaced_pod("kube-system", label_selector="batch.kubernetes.io/job-name").items:
         if (not pod.metadata.name.startswith("tas-descheduler-") or pod.metadata.name in seen
                 or pod.metadata.creation_timestamp <= since or pod.status.phase != "Succeeded"):
@@ -282,7 +339,15 @@ def descheduler_evictions(core: client.CoreV1Api, since: datetime.datetime,
         counted = re.search(r"totalEvicted=(\d+)", log)
         assert counted, f"{pod.metadata.name} finished without its count of evictions:\n{log[-2000:]}"
         seen[pod.metadata.name] = (pod.metadata.creation_timestamp, int(counted.group(1)))
+        if logs is not None:
+            logs[pod.metadata.name] = log
     return seen
+
+
+def eviction_lines(core: client.CoreV1Api, run: str) -> list[str]:
+    """What a descheduler run logged about evicting, for a failure's message."""
+    log = core.read_namespaced_pod_log(run, "kube-system")
+    return [line[-300:] for line in log.splitlines() if re.search(r"[Ee]vict|fit|error|limit", line)][-30:]
 
 
 def crowd_node_1(core: client.CoreV1Api, apps: client.AppsV1Api, name: str, replicas: int) -> None:
@@ -322,9 +387,10 @@ def descheduler_policy_caps(core: client.CoreV1Api) -> tuple[int, int, int]:
             policy["maxNoOfPodsToEvictTotal"])
 
 
-def make_node_1_violate_between_runs(core: client.CoreV1Api, batch: client.BatchV1Api) -> datetime.datetime:
-    """node-1 labelled violating while the descheduler's CronJob is suspended and no run is under
-    way, so that no run sees only part of it; the time the CronJob was resumed."""
+@contextlib.contextmanager
+def descheduler_paused(batch: client.BatchV1Api) -> Iterator[None]:
+    """Inside the block the descheduler's CronJob is suspended and no run of it is under way, so
+    that no run sees a change half made; resumed after it."""
     def suspend(value: bool) -> None:
         batch.patch_namespaced_cron_job("tas-descheduler", "kube-system", {"spec": {"suspend": value}})
 
@@ -332,10 +398,21 @@ def make_node_1_violate_between_runs(core: client.CoreV1Api, batch: client.Batch
     try:
         wait_for(lambda: not batch.read_namespaced_cron_job("tas-descheduler", "kube-system").status.active,
                  DEADLINE, "the descheduler run under way to finish")
-        make_node_1_violate(core)
+        yield
     finally:
         suspend(False)
+
+
+def make_node_1_violate_between_runs(core: client.CoreV1Api, batch: client.BatchV1Api) -> datetime.datetime:
+    """node-1 labelled violating between two descheduler runs; the time the CronJob was resumed."""
+    with descheduler_paused(batch):
+        make_node_1_violate(core)
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+def busiest_run(core: client.CoreV1Api) -> float:
+    """The most pods one descheduler run evicted from one node, as every extender replica counts them."""
+    return min(replica_values(core, client_tls(), "tas_extender_descheduler_busiest_run_evictions"), default=0.0)
 
 
 def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_client, healthy_nodes_after):
@@ -350,7 +427,13 @@ def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_cli
         runs: dict[str, tuple[datetime.datetime, int]] = {}
         wait_for(lambda: descheduler_evictions(core, resumed, runs), DEADLINE, "a descheduler run after the label")
         # more than `cap` pods violate on node-1 (ours and the demo's): the first run stops at the cap
-        assert min(runs.values())[1] == cap, runs
+        first = min(runs, key=lambda run: runs[run][0])
+        assert runs[first][1] == cap, (runs, [p.metadata.name for p in on_node_1(core, name)], eviction_lines(core, first))
+        # the extender counted that run's evictions from node-1 in their Events, and the alert follows
+        wait_for(lambda: busiest_run(core) == cap, DEADLINE,
+                 f"the extenders to count {cap} evictions from one node in one run")
+        wait_for(lambda: active_alerts(core, "TASDeschedulerAtEvictionCap"), DEADLINE,
+                 "TASDeschedulerAtEvictionCap pending or firing")
         wait_for(lambda: not on_node_1(core, name), DEADLINE * 2,
                  f"the later runs to move the rest of {name} off node-1")
         assert max(count for _, count in descheduler_evictions(core, resumed, runs).values()) <= cap, runs
@@ -382,9 +465,7 @@ def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, h
         logs: dict[str, str] = {}
 
         def two_runs() -> bool:
-            for run in descheduler_evictions(core, resumed, runs):
-                logs.setdefault(run, core.read_namespaced_pod_log(run, "kube-system"))
-            return len(logs) >= 2
+            return len(descheduler_evictions(core, resumed, runs, logs)) >= 2
 
         wait_for(two_runs, DEADLINE, "two descheduler runs after the label")
         on_node = {p.metadata.name for p in core.list_namespaced_pod(DEMO_NS).items if p.spec.node_name == "node-1"}
@@ -585,12 +666,13 @@ def test_a_changed_configuration_rolls_prometheus_and_reaches_it(api_client):
         return pod.metadata.name, body["data"]["yaml"]
 
     before, _ = running_config()
-    ansible_playbook("playbooks/site.yml", "-e", "prometheus_scrape_interval=7s")
+    # the prometheus role alone (site.yml's tag), as a user applies a change to its variables
+    ansible_playbook("playbooks/site.yml", "--tags", "prometheus", "-e", "prometheus_scrape_interval=7s")
     try:
         name, config = running_config()
         assert name != before and "scrape_interval: 7s" in config, (before, name)
     finally:
-        ansible_playbook("playbooks/site.yml")
+        ansible_playbook("playbooks/site.yml", "--tags", "prometheus")
     name, config = running_config()
     assert "scrape_interval: 7s" not in config
 

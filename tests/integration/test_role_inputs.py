@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from support import DEFAULT_CLUSTER_DIR
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PLAYBOOK_TIMEOUT = 120
 ARGSPEC = "Validating arguments against arg spec 'main'"
@@ -85,6 +87,14 @@ CASES = [
          {"descheduler_namespaces_include": ["a"], "descheduler_namespaces_exclude": ["b"]},
          "Check the eviction caps and the namespace scope",
          ("only one of descheduler_namespaces_include and descheduler_namespaces_exclude",)),
+    Case("descheduler rebalancing by load in host mode", "descheduler",
+         {"descheduler_deploy_mode": "host", "descheduler_binary": str(DEFAULT_CLUSTER_DIR / "bin" / "descheduler"),
+          "descheduler_rebalance_by_load": True},
+         "Check rebalancing by load", ("needs descheduler_deploy_mode kubernetes", "this is host")),
+    Case("descheduler load marks the wrong way round", "descheduler",
+         {"descheduler_deploy_mode": "kubernetes", "descheduler_rebalance_by_load": True,
+          "descheduler_load_low": 70, "descheduler_load_high": 65},
+         "Check rebalancing by load", ("descheduler_load_low (70) must be below descheduler_load_high (65)",)),
     Case("descheduler cap is not a number", "descheduler", {"descheduler_max_evictions_total": "many"}, ARGSPEC,
          ("argument 'descheduler_max_evictions_total'",)),
     Case("scheduler config URL is not http(s)", "scheduler_config",
@@ -116,6 +126,11 @@ CASES = [
          "Check that every prometheus_* variable is one the role knows",
          ("Unknown variable for role prometheus: prometheus_scrape_intervall (did you mean prometheus_scrape_interval?)."
           " Rename or remove it",)),
+    Case("grafana namespace is not a namespace name", "prometheus", {"prometheus_grafana_namespace": "Grafana NS"},
+         "Check where the dashboard goes", ("prometheus_grafana_namespace", "got 'Grafana NS'")),
+    Case("eviction cap of the alert is zero", "prometheus", {"prometheus_alerts_descheduler_node_cap": 0},
+         "Check the descheduler's cap the eviction alert compares with",
+         ("prometheus_alerts_descheduler_node_cap", "got '0'")),
     Case("existing adapter without the name of its ConfigMap", "prometheus_adapter",
          {"prometheus_adapter_deploy_mode": "existing", "prometheus_adapter_existing_configmap": ""},
          "Check the existing adapter's names", ("prometheus_adapter_existing_configmap",)),

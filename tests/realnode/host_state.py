@@ -27,6 +27,20 @@ NODE_DIRS = (
     "/var/lib/etcd", "/var/log/pods", "/var/log/containers", "/etc/cni/net.d", "/var/lib/cni",
     "/run/netns", "/var/lib/node-exporter", "/usr/local/sbin",
 )
+# The automation host's own directory for the collection: in the managed phase this machine is
+# the control_plane host and keeps the extender's CA in /etc/tas/pki (certificates_dir), and the
+# uninstall takes it away with /etc/tas when nothing else is in it. An earlier run cut off before
+# its uninstall leaves that directory here; this run's uninstall then removes it, as it should.
+AUTOMATION_HOST_DIR = "/etc/tas"
+COLLECTION_OWNED = "pki"
+
+
+def _collection_files(directory: str) -> list[str] | None:
+    """What is in the collection's directory on this machine (None when it does not exist)."""
+    root = pathlib.Path(directory)
+    if not root.is_dir():
+        return None
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
 def _run(*argv: str) -> str:
@@ -64,16 +78,18 @@ def snapshot() -> dict[str, object]:
         except OSError:
             sysctls[name] = None
     return {
-        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in _run("ip", "-o", "link", "show").splitlines()),
+        "links": sorted(line.split(":")[1].strip().split("@")[0]
+                        for line in _run("ip", "-o", "link", "show").splitlines()),
         "addresses": sorted(_run("ip", "-o", "address", "show").splitlines()),
         "routes": sorted(_run("ip", "route", "show", "table", "all").splitlines()),
         "network namespaces": sorted(_run("ip", "netns", "list").splitlines()),
         "mounts": sorted(line.split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()),
         "cgroups": cgroups,
         "nftables": _run("nft", "list", "ruleset").splitlines(),
-        "iptables": [l for l in _run("iptables-save").splitlines() if not l.startswith("#")],
+        "iptables": [rule for rule in _run("iptables-save").splitlines() if not rule.startswith("#")],
         "sysctls": sysctls,
         "host directories": [d for d in NODE_DIRS if os.path.exists(d)],
+        "collection files on this machine": _collection_files(AUTOMATION_HOST_DIR),
         # the user Ansible logs in as, and its sudo rule
         "users": sorted(line.split(":")[0] for line in pathlib.Path("/etc/passwd").read_text().splitlines()),
         "sudoers.d": sorted(p.name for p in pathlib.Path("/etc/sudoers.d").glob("*")),
@@ -82,10 +98,22 @@ def snapshot() -> dict[str, object]:
     }
 
 
+def _earlier_install(files: list[str] | None) -> bool:
+    """Whether the collection's directory held nothing but what its certificates role writes."""
+    return files is not None and all(f.split("/")[0] == COLLECTION_OWNED for f in files)
+
+
 def compare(before: dict[str, object], after: dict[str, object]) -> list[str]:
     problems = []
+    # An earlier install's CA (and nothing else) removed by this run's uninstall is not a loss.
+    removed_earlier_install = (_earlier_install(before.get("collection files on this machine"))
+                               and after.get("collection files on this machine") is None)
     for key, old in before.items():
         new = after.get(key)
+        if removed_earlier_install and key == "collection files on this machine":
+            continue
+        if removed_earlier_install and key == "host directories":
+            old = [d for d in old if d != AUTOMATION_HOST_DIR]
         if isinstance(old, list) and isinstance(new, list):
             added = [x for x in new if x not in old]
             removed = [x for x in old if x not in new]

@@ -18,6 +18,9 @@ ALLOWED = [
     ("list", "", "nodes", "", ""),
     ("patch", "", "nodes", "", ""),
     ("create", "", "events", "", "default"),
+    # the schedulers' and the descheduler's Events, counted (reports.py)
+    ("list", "", "events", "", ""),
+    ("watch", "", "events", "", ""),
     ("get", "custom.metrics.k8s.io", "nodes", "health_metric", ""),
     ("update", "coordination.k8s.io", "leases", "", NAMESPACE, "tas-extender"),
     ("create", "coordination.k8s.io", "leases", "", NAMESPACE),
@@ -39,8 +42,14 @@ DENIED = [
     ("impersonate", "", "serviceaccounts", "", ""),
     ("create", "", "serviceaccounts", "token", NAMESPACE),
     ("update", "coordination.k8s.io", "leases", "", "kube-system"),
-    # what it does not use: pods (load-aware mode only), the status but by patch, another Lease
+    # what it does not use: pods (load-aware mode only), the status but by patch, another Lease,
+    # a single policy or node (it lists and watches them), a list of node metrics
     ("watch", "", "pods", "", ""),
+    ("get", "telemetry.intel.com", "taspolicies", "", "default"),
+    ("get", "", "nodes", "", ""),
+    ("get", "", "events", "", "default"),
+    ("patch", "", "events", "", "default"),
+    ("list", "custom.metrics.k8s.io", "nodes", "", ""),
     ("get", "telemetry.intel.com", "taspolicies", "status", "default"),
     ("update", "telemetry.intel.com", "taspolicies", "status", "default"),
     ("update", "coordination.k8s.io", "leases", "", NAMESPACE, "another-lease"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import yaml
@@ -19,7 +20,7 @@ def test_prometheus_scrapes_every_node_with_its_node_label(host, var):
 
 def test_private_keys_are_readable_by_their_owner_only(host, var):
     directory = var("certificates_dir")
-    for name in ("ca", "extender", "scheduler-client"):
+    for name in ("ca", "extender", "scheduler-client", "prometheus-client", "prometheus-adapter"):
         key = host.file(f"{directory}/{name}.key")
         assert key.exists and key.mode == 0o600, f"{name}.key has mode {oct(key.mode)}"
     assert host.file(var("extender_kubeconfig_path")).mode == 0o600
@@ -51,3 +52,19 @@ def test_the_extender_s_prometheus_source_reads_every_node(var):
     url = f"http://{var('prometheus_listen_address', '127.0.0.1:9090')}"
     samples = PrometheusSource(url).fetch({"health_metric"})
     assert sorted(samples["health_metric"]) == ["node-1", "node-2", "node-3"]
+
+
+def test_the_api_server_checks_the_adapter_by_our_ca(host, var):
+    """The custom metrics APIService trusts the certificates role's CA (no insecureSkipTLSVerify),
+    and the adapter serves the certificate that CA signed for the name the API server checks."""
+    apiservice = json.loads(host.run(f"{var('prometheus_adapter_kubectl')} --kubeconfig {var('prometheus_adapter_kubeconfig')}"
+                                     " get apiservice v1beta1.custom.metrics.k8s.io -o json").stdout)
+    ca = host.file(f"{var('certificates_dir')}/ca.crt").content_string
+    assert "insecureSkipTLSVerify" not in apiservice["spec"]
+    assert base64.b64decode(apiservice["spec"]["caBundle"]).decode() == ca
+    assert {c["type"]: c["status"] for c in apiservice["status"]["conditions"]}["Available"] == "True"
+    name = f"prometheus-adapter.{var('prometheus_adapter_namespace', 'custom-metrics')}.svc"
+    port = var("prometheus_adapter_secure_port")
+    checked = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' --cacert {var('certificates_dir')}/ca.crt "
+                       f"--resolve {name}:{port}:127.0.0.1 https://{name}:{port}/livez")
+    assert checked.rc == 0 and checked.stdout == "200", checked.stderr

@@ -41,6 +41,14 @@ def test_no_crd_apiservice_or_namespace_of_ours(api_client):
     assert left == []
 
 
+def test_no_dashboard_given_to_grafana_is_left_anywhere(api_client):
+    """The prometheus role's ConfigMap for Grafana's dashboard sidecar, wherever it went (the
+    realnode scenario's Grafana stand-in's namespace stays: it is not ours)."""
+    left = client.CoreV1Api(api_client).list_config_map_for_all_namespaces(
+        label_selector="app.kubernetes.io/name=tas-extender-dashboard").items
+    assert [(c.metadata.namespace, c.metadata.name) for c in left] == []
+
+
 def test_no_admission_policy_of_ours(api_client):
     # the extender's node-patch policy and the second scheduler's mutating one, with their bindings
     group = json.loads(get_raw(api_client, "/apis/admissionregistration.k8s.io/v1"))

@@ -5,6 +5,11 @@ rules') on its own period and written as `<metric>: "<fraction, 5 decimals>,<UTC
 the node's hot value as `node_hot_value: "<points>,<UTC time>Z"`, so crane's scheduler can read
 them too. The keys written are listed in MANAGED_KEY so that turning the mode off removes
 exactly them. Only the leader annotates.
+
+Unlike crane, a metric that Prometheus could not be asked for, or that has no series for any node
+(a recording rule not yet evaluated after an install or a Prometheus restart), is asked again
+within RETRY seconds rather than after its whole period (3 min for the 5-minute averages), so that
+nodes do not go unannotated for that long.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ MANAGED_KEY = "telemetry.intel.com/load-annotations"
 
 Nodes = Callable[[], Mapping[str, Mapping[str, str]]]  # node name -> its annotations
 HotValue = Callable[[str], int]  # node name -> its hot points now
+
+RETRY = 10.0  # seconds: when a failed query or a metric with no series is asked again
 
 
 def cleanup_patches(nodes: Mapping[str, Mapping[str, str]]) -> dict[str, dict]:
@@ -56,10 +63,11 @@ class Annotator:
         except Exception as error:  # noqa: BLE001 - Prometheus down: old annotations age out by themselves
             log.warning("load annotator: querying %s failed: %s", ", ".join(sorted(due)), error)
             for metric in due:
-                self._next[metric] = now + min(self.policy.sync[metric], 10.0)
+                self._next[metric] = now + min(self.policy.sync[metric], RETRY)
             return 0
         for metric in due:
-            self._next[metric] = now + self.policy.sync[metric]
+            period = self.policy.sync[metric]
+            self._next[metric] = now + (period if fetched.get(metric) else min(period, RETRY))
         stamp = datetime.datetime.fromtimestamp(now, datetime.UTC)
         managed = ",".join([*sorted(self.policy.sync), *([HOT_VALUE_KEY] if self.hot_value else [])])
         sent = 0

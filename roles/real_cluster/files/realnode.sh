@@ -23,8 +23,8 @@ set -euo pipefail
 # /usr/local/sbin holds the node's kubeadm and kubectl, on the PATH as a package installs them.
 # /etc/hosts is the node's own too (a file, below), naming the node.
 NODE_DIRS=(/etc/kubernetes /etc/tas /var/lib/kubelet /var/lib/containerd /run/containerd /var/lib/etcd
-  /var/log/pods /var/log/containers /etc/cni/net.d /var/lib/cni /run/netns /var/lib/node-exporter
-  /usr/local/sbin)
+  /var/log/pods /var/log/containers /var/log/kubernetes /etc/cni/net.d /var/lib/cni /run/netns
+  /var/lib/node-exporter /usr/local/sbin)
 NETNS_PREFIX=tasrn-
 
 changed() { echo changed; }

@@ -75,6 +75,15 @@ CASES = {
          'tas_extender_policies{state="valid", pod="a"}': "3x10"},
         {},
         "Invalid TASPolicy objects: 1. They enforce nothing; the status of each says which field is wrong and why."),
+    "TASSchedulerCannotCallExtender": Case(
+        {'tas_extender_scheduler_call_failures_total{scheduler="default-scheduler", pod="a"}': "0 0 0 0 0 0 1 1 1 2 2",
+         'tas_extender_scheduler_call_failures_total{scheduler="default-scheduler", pod="b"}': "0 0 0 0 0 0 1 1 1 2 2",
+         'tas_extender_scheduler_call_failures_total{scheduler="other-scheduler", pod="a"}': "3x10"},
+        {"scheduler": "default-scheduler"},
+        "default-scheduler reported pods it could not schedule because its call to the extender failed"
+        " (FailedScheduling Events naming the extender): with ignorable: false they wait. The Events and the"
+        " scheduler's log name the cause: its client certificate or CA, the extender's address, a network rule,"
+        " or the extender answering an error."),
     # time() is 600 at 10m: 10 days and 600 s from the start is 10 days from then, 30 days is far off
     "TASCertificateExpiring": Case(
         {'tas_extender_certificate_expiry_timestamp_seconds{certificate="serving", pod="a"}': f"{10 * 86400 + 600}x10",
@@ -82,6 +91,14 @@ CASES = {
         {"certificate": "serving"},
         "The serving certificate expires in 10d 0h 0m 0s. Run the certificates role (it renews a"
         " certificate that expires within 30 days) before the scheduler can no longer reach the extender."),
+    # one replica saw a run evict 5 from a node (the default cap), another saw 4 of it so far
+    "TASDeschedulerAtEvictionCap": Case(
+        {'tas_extender_descheduler_busiest_run_evictions{pod="a"}': "0 0 0 0 0 5 5 5 5 5 5",
+         'tas_extender_descheduler_busiest_run_evictions{pod="b"}': "0 0 0 0 0 4 4 4 4 4 4"},
+        {},
+        "A descheduler run of the last 10 minutes evicted 5 pods from one node, its per-node cap: more pods there"
+        " break their policy than one run may move. Later runs move the rest; if this keeps firing, a node keeps"
+        " failing its policy, or the cap is too low for the cluster."),
 }
 
 RULES = {r["alert"]: r for r in yaml.safe_load(rules())["groups"][0]["rules"]}
@@ -144,3 +161,12 @@ def test_the_first_refused_request_fires_although_rate_sees_no_increase(promtool
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
     result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_eviction_cap_alert_follows_the_descheduler_cap_and_is_left_out_without_one(promtool, tmp_path):
+    descheduler = yaml.safe_load((ROLE.parent / "descheduler/defaults/main.yml").read_text())
+    assert DEFAULTS["prometheus_alerts_descheduler_node_cap"] == descheduler["descheduler_max_evictions_per_node"]
+    assert "busiest_run_evictions) >= 8" in rules(prometheus_alerts_descheduler_node_cap=8)
+    rendered = yaml.safe_load(rules(prometheus_alerts_descheduler_node_cap=None))["groups"][0]["rules"]
+    assert "TASDeschedulerAtEvictionCap" not in {r["alert"] for r in rendered}
+    assert len(rendered) == len(RULES) - 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import subprocess
 
 import jinja2
 import pytest
@@ -103,3 +105,69 @@ def test_a_dry_run_is_told_so_and_may_not_evict_or_write_anything():
     assert container["command"][-1] == "--dry-run"
     verbs = {verb for rule in objects["ClusterRole"]["rules"] for verb in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
+
+
+# --- rebalancing by load --------------------------------------------------------------------
+
+def load_profile(rendered: dict) -> dict:
+    profiles = {profile["name"]: profile for profile in rendered["profiles"]}
+    return profiles.get("telemetry-aware-scheduling-load", {})
+
+
+def test_rebalancing_by_load_is_off_unless_asked():
+    rendered = policy("0.36.0", descheduler_rebalance_by_load=False)
+    assert [p["name"] for p in rendered["profiles"]] == ["telemetry-aware-scheduling"]
+    assert "metricsProviders" not in rendered and "nodeSelector" not in rendered
+
+
+def test_rebalancing_by_load_reads_prometheus_and_moves_pods_off_hot_nodes_only_outside_ours():
+    rendered = policy("0.36.0", descheduler_rebalance_by_load=True, descheduler_namespaces_exclude=["batch"])
+    # every node looked at needs a load sample, and control planes run no node-exporter
+    assert rendered["nodeSelector"] == "!node-role.kubernetes.io/control-plane"
+    assert rendered["metricsProviders"] == [
+        {"source": "Prometheus", "prometheus": {"url": "http://tas-prometheus.monitoring.svc:9090"}}]
+    profile = load_profile(rendered)
+    assert profile["plugins"] == {"balance": {"enabled": ["LowNodeUtilization"]}}
+    args = {c["name"]: c["args"] for c in profile["pluginConfig"]}
+    assert args["DefaultEvictor"] == {"nodeFit": True}
+    low = args["LowNodeUtilization"]
+    # with Prometheus as the source the descheduler takes exactly one resource, MetricResource
+    assert (low["thresholds"], low["targetThresholds"]) == ({"MetricResource": 30}, {"MetricResource": 65})
+    assert low["metricsUtilization"] == {"source": "Prometheus", "prometheus": {"query": DEFAULTS["descheduler_load_query"]}}
+    assert low["evictableNamespaces"] == {
+        "exclude": ["kube-system", "telemetry-aware-scheduling", "monitoring", "custom-metrics", "batch"]}
+    # the node-affinity profile keeps its caps, which apply to both profiles of a run
+    assert rendered["maxNoOfPodsToEvictPerNode"] == 5
+
+
+def load_rules() -> str:
+    prometheus_role = ROLE.parent / "prometheus"
+    variables = {**yaml.safe_load((prometheus_role / "defaults/main.yml").read_text()), "ansible_managed": "managed"}
+    return template_environment().from_string((prometheus_role / "templates/load-rules.yml.j2").read_text()).render(
+        variables)
+
+
+def test_the_default_load_query_gives_each_node_its_cpu_use_as_the_descheduler_reads_it(tmp_path):
+    """promtool (the Prometheus release's rule tester) evaluates the prometheus role's load rules
+    over node-exporter's idle counters of two nodes, then the descheduler's default query: one
+    sample per node, labelled instance=<node name> (what the descheduler matches nodes by), valued
+    0 to 1. A series without a node label (another job's) is left out."""
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not pathlib.Path(promtool).exists():
+        pytest.fail(f"promtool not found at {promtool}: `make prometheus-tools` installs it")
+    (tmp_path / "load-rules.yml").write_text(load_rules())
+    idle = 'node_cpu_seconds_total{{mode="idle", cpu="0", instance="{ip}:9100", node="{node}"}}'
+    test = {"rule_files": ["load-rules.yml"], "evaluation_interval": "30s", "tests": [{
+        "interval": "15s",
+        "input_series": [
+            # idle 0.25 s a second: 75 % busy; idle 0.875 s a second: 12.5 % busy
+            {"series": idle.format(ip="10.0.0.1", node="node-1"), "values": "0+3.75x60"},
+            {"series": idle.format(ip="10.0.0.3", node="node-3"), "values": "0+13.125x60"},
+            {"series": 'node_cpu_seconds_total{mode="idle", cpu="0", instance="10.9.9.9:9100"}', "values": "0+1x60"}],
+        "promql_expr_test": [{"expr": DEFAULTS["descheduler_load_query"], "eval_time": "12m", "exp_samples": [
+            {"labels": '{instance="node-1", node="node-1"}', "value": 0.75},
+            {"labels": '{instance="node-3", node="node-3"}', "value": 0.125}]}]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

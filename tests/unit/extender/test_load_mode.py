@@ -135,9 +135,18 @@ def test_the_annotator_writes_cranes_format_on_each_metrics_own_period_and_lists
     assert written[MANAGED_KEY].split(",") == [*sorted(DEFAULT_POLICY.sync), "node_hot_value"]
     assert len(source.asked[0]) == len(DEFAULT_POLICY.sync)
 
+    # the 1 h and 1 d metrics have no series yet (rules not evaluated): asked again within seconds
+    clock[0] = NOW + 10
+    annotator.sync()
+    assert source.asked[1] == sorted(set(DEFAULT_POLICY.sync) - {"cpu_usage_avg_5m", "mem_usage_avg_5m"})
+    source.table.update({m: {"node-1": 1.0} for m in DEFAULT_POLICY.sync if m not in source.table})
+    clock[0] = NOW + 20
+    annotator.sync()
+    assert len(source.asked[2]) == 4 and len(source.asked) == 3
+
     clock[0] = NOW + 180  # the avg_5m metrics (3 min) are due again, the 1 h and 1 d ones are not
     annotator.sync()
-    assert source.asked[1] == ["cpu_usage_avg_5m", "mem_usage_avg_5m"]
+    assert source.asked[3] == ["cpu_usage_avg_5m", "mem_usage_avg_5m"]
 
 
 def test_turning_the_mode_off_removes_exactly_the_annotations_it_wrote():
