@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+# One cluster, one machine: targets run one after the other even under make -j.
+.NOTPARALLEL:
 
 VENV ?= .venv
 PYTHON ?= python3
