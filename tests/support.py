@@ -60,6 +60,19 @@ def recorded_own_schedulers() -> dict[str, tuple[str, int, datetime.datetime]]:
     return own_schedulers(json.loads(pathlib.Path(os.environ["TAS_OWN_SCHEDULERS"]).read_text()))
 
 
+def write_simulated_loads(directories: dict[str, pathlib.Path], loads: dict[str, int] | None) -> None:
+    """Each node's simulated CPU and memory use (percent) in load.prom of its textfile collector's
+    directory, replaced whole as node-exporter may read it at any moment; None removes the file."""
+    for node, directory in directories.items():
+        path = directory / "load.prom"
+        if loads is None:
+            path.unlink(missing_ok=True)
+            continue
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(f"simulated_cpu_usage_percent {loads[node]}\nsimulated_mem_usage_percent {loads[node]}\n")
+        temporary.replace(path)
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:

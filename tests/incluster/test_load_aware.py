@@ -19,7 +19,7 @@ import uuid
 from kubernetes import client
 
 from conftest import WORKERS, ansible_playbook, node_path
-from support import wait_for
+from support import wait_for, write_simulated_loads
 from test_in_cluster import DEADLINE, DEMO_NS, crowd_node_1, descheduler_evictions, descheduler_paused
 
 LOAD = {"node-1": 95, "node-2": 50, "node-3": 10}  # percent: hot, between the marks, idle
@@ -29,14 +29,7 @@ MANAGED_KEY = "telemetry.intel.com/load-annotations"
 
 
 def write_loads(loads: dict[str, int] | None) -> None:
-    for node in WORKERS:
-        path = node_path(node, "/var/lib/node-exporter") / "load.prom"
-        if loads is None:
-            path.unlink(missing_ok=True)
-            continue
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(f"simulated_cpu_usage_percent {loads[node]}\nsimulated_mem_usage_percent {loads[node]}\n")
-        temporary.replace(path)
+    write_simulated_loads({node: node_path(node, "/var/lib/node-exporter") for node in WORKERS}, loads)
 
 
 def annotations(core: client.CoreV1Api) -> dict[str, dict[str, str]]:

@@ -11,21 +11,14 @@ import collections
 from kubernetes import client
 
 from provisioned import DEADLINE, NODES, extender_may, run_playbook
-from support import wait_for
+from support import wait_for, write_simulated_loads
 
 LOAD = {"node-1": 95, "node-2": 55, "node-3": 10}  # percent, CPU and memory alike
 MANAGED_KEY = "telemetry.intel.com/load-annotations"
 
 
 def write_loads(stack, loads: dict[str, int] | None) -> None:
-    for node in NODES:
-        path = stack.directory / "nodes" / node / "node-metrics" / "load.prom"
-        if loads is None:
-            path.unlink(missing_ok=True)
-            continue
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(f"simulated_cpu_usage_percent {loads[node]}\nsimulated_mem_usage_percent {loads[node]}\n")
-        temporary.replace(path)
+    write_simulated_loads({node: stack.directory / "nodes" / node / "node-metrics" for node in NODES}, loads)
 
 
 def annotations(core) -> dict[str, dict[str, str]]:
