@@ -96,6 +96,17 @@ def wait_for(condition: Callable[[], object], timeout: float, message: str, inte
     pytest.fail(f"timed out after {timeout:.0f}s: {message}{detail}")
 
 
+def record_figure(line: str) -> None:
+    """Note a figure a test saw on the way (a time it waited, say) in the durations file that make
+    test writes ($TAS_TEST_DURATIONS, build/test-durations.txt). Never asserted: timings belong
+    in benchmarks, and a busy machine is slower."""
+    path = os.environ.get("TAS_TEST_DURATIONS")
+    if path:
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(f"figure: {line}\n")
+
+
 def get_raw(api, path: str) -> bytes:
     """GET a path of the API server (like `kubectl get --raw`) and return the body."""
     method, url, headers, body, _ = api.param_serialize(

@@ -23,7 +23,7 @@ from conftest import WORKERS
 from support import REAL_CLUSTER_DIR, tas_extender_command, wait_for
 from tas_extender.policy import GROUP, PLURAL, VERSION
 from test_in_cluster import healthy_nodes_after  # noqa: F401 - a fixture, used by name
-from test_in_cluster import (DEADLINE, DEMO_NS, DEMO_POLICY, client_tls, demo_pod, filter_answers, filter_rejects,
+from test_in_cluster import (DEADLINE, DEMO_NS, DEMO_POLICY, client_tls, create_demo_pod, filter_answers, filter_rejects,
                              set_health)
 
 ENFORCEMENT = "telemetry.intel.com/enforcement"
@@ -70,7 +70,7 @@ def test_an_audited_policy_lets_a_pod_run_where_it_would_be_filtered_and_explain
             core.patch_node(node, {"spec": {"unschedulable": True}})
 
         # audit: the pod runs on node-1, told what the policy would have done
-        core.create_namespaced_pod(DEMO_NS, demo_pod(names[0]))
+        create_demo_pod(core, names[0])
         wait_for(lambda: core.read_namespaced_pod(names[0], DEMO_NS).status.phase == "Running", DEADLINE,
                  f"{names[0]} Running on node-1 although the policy's rule rejects it")
         assert core.read_namespaced_pod(names[0], DEMO_NS).spec.node_name == "node-1"
@@ -82,7 +82,7 @@ def test_an_audited_policy_lets_a_pod_run_where_it_would_be_filtered_and_explain
         set_enforcement(custom, None)
         wait_for(lambda: enforced_condition(custom) is None, DEADLINE, "the Enforced condition gone from the status")
         wait_for(lambda: filter_rejects(core, client_tls(), "node-1"), DEADLINE, "the filter to reject node-1 again")
-        core.create_namespaced_pod(DEMO_NS, demo_pod(names[1]))
+        create_demo_pod(core, names[1])
         wait_for(lambda: any(c.type == "PodScheduled" and c.status == "False"
                              for c in core.read_namespaced_pod(names[1], DEMO_NS).status.conditions or []),
                  DEADLINE, f"{names[1]} unschedulable while node-1 is the only node left")

@@ -26,7 +26,7 @@ from kubernetes import client
 
 from conftest import ADAPTER_NS, EXTENDER_NS, MONITORING_NS, WORKERS, ansible_playbook, node_path
 from dashboard_picture import prometheus_range, render
-from support import REPO, get_raw, wait_for
+from support import REPO, get_raw, real_control_planes, wait_for
 
 DEADLINE = 180
 DEMO_NS, DEMO_POLICY = "health-metric-demo", "demo-policy"
@@ -108,10 +108,31 @@ def demo_pod(name: str) -> client.V1Pod:
             resources=client.V1ResourceRequirements(limits={"telemetry/scheduling": "1"}))]))
 
 
+def create_demo_pod(core: client.CoreV1Api, name: str) -> None:
+    """Create a demo pod. Should the API server refuse, the failure carries what each control
+    plane's audit log says of that request (which API server answered, and how): one run saw a
+    404 "pods <name> not found" answer a creation, which no other log explained."""
+    try:
+        core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    except client.ApiException as error:
+        audit_id = (error.headers or {}).get("Audit-Id", "")
+        raise AssertionError(f"creating pod {DEMO_NS}/{name}: {error.status} {error.reason} {error.body}; "
+                             f"audited: {audited(audit_id) or 'nothing'}") from error
+
+
+def audited(audit_id: str) -> list[str]:
+    """The audit log lines of one request (by its Audit-Id), with the control plane that wrote each."""
+    found = []
+    for node in real_control_planes():
+        for path in sorted(node_path(node, "/var/log/kubernetes").glob("audit*.log")):
+            found += [f"{node}: {line}" for line in path.read_text().splitlines() if audit_id and audit_id in line]
+    return found
+
+
 def place_demo_pods(core: client.CoreV1Api, names: list[str], waited_for: str) -> dict[str, str]:
     """Create a demo pod per name, wait until every one runs, and say where each landed."""
     for name in names:
-        core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+        create_demo_pod(core, name)
     wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
              DEADLINE, waited_for)
     return {n: core.read_namespaced_pod(n, DEMO_NS).spec.node_name for n in names}
@@ -260,7 +281,7 @@ def test_extender_counts_the_schedulers_calls(api_client):
     scheduler_tls = client_tls()
     before = filter_calls(core, scheduler_tls)
     name = f"probe-{uuid.uuid4().hex[:6]}"
-    core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    create_demo_pod(core, name)
     try:
         wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
         wait_for(lambda: filter_calls(core, scheduler_tls) > before, 30,
@@ -612,7 +633,7 @@ def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(a
     killer.start()
     try:
         for name in names:
-            core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+            create_demo_pod(core, name)
         killer.join()
         wait_for(lambda: all(core.read_namespaced_pod(n, DEMO_NS).status.phase == "Running" for n in names),
                  DEADLINE, "every pod of the burst Running")
@@ -717,7 +738,7 @@ def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):
     # the scheduler, restarted with its renewed client certificate, still reaches the extender
     before = filter_calls(core, client_tls())
     name = f"probe-{uuid.uuid4().hex[:6]}"
-    core.create_namespaced_pod(DEMO_NS, demo_pod(name))
+    create_demo_pod(core, name)
     try:
         wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
         wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
