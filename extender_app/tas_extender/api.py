@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from itertools import islice
-from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -18,18 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from tas_extender import audit, decision, wire
+from tas_extender import wire
+from tas_extender.decision import AuditReport, Decider
 from tas_extender.engine import Engine
 from tas_extender.load.mode import LoadAware
-from tas_extender.policy import Policy
 from tas_extender.telemetry import Telemetry
 
-log = logging.getLogger("tas_extender.extender")
 JSON = "application/json"
-LOGGED_NODES = 20
-# Told what an audit-mode policy would have filtered for a pod: (pod metadata, policy, node ->
-# reason of the nodes it would have failed, number of candidate nodes). audit.PodEvents is one.
-AuditReport = Callable[[Mapping[str, Any], Policy, Mapping[str, str], int], None]
 
 
 # OpenAPI description of the verbs, for readers and schema-based fuzzing. The routes read the raw
@@ -92,31 +84,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
-    """TAS's log lines, shortened past LOGGED_NODES nodes: at 5000 nodes they cost the scheduler time."""
-    passed = [n for n in names if n not in failed]
-    log.info("Filtered nodes available for %s : %s%s", policy, " ".join(passed[:LOGGED_NODES]),
-             f" ... and {len(passed) - LOGGED_NODES} more" if len(passed) > LOGGED_NODES else "")
-    prefix = f"{policy}: dontschedule rule "
-    for node, reason in islice(failed.items(), LOGGED_NODES):
-        log.info("%s violating : %s", node, reason.removeprefix(prefix))
-    if len(failed) > LOGGED_NODES:
-        log.info("... and %d more nodes violating %s", len(failed) - LOGGED_NODES, policy)
-
-
-def _audit_filter(policy: Policy, pod: Mapping[str, Any], names: list[str], failed: dict[str, str],
-                  telemetry: Telemetry, report: AuditReport | None) -> None:
-    """What a policy in audit mode would have filtered: counted, logged and reported; nothing is filtered."""
-    telemetry.audit_decisions.labels(policy.key, "would_fail").inc(len(failed))
-    telemetry.audit_decisions.labels(policy.key, "would_pass").inc(len(names) - len(failed))
-    if log.isEnabledFor(logging.INFO):
-        log.info("audit: %s would filter %d of %d node(s) for pod %s/%s%s", policy.key, len(failed), len(names),
-                 pod.get("namespace") or "default", pod.get("name") or "?",
-                 f": {audit.listing(policy, failed, LOGGED_NODES)}" if failed else "")
-    if report is not None:
-        report(pod, policy, failed, len(names))
-
-
 def add_health_routes(app: FastAPI, engine: Engine, readiness: Callable[[], list[str]]) -> None:
     """GET /healthz (the process answers) and GET /readyz (it can decide) on `app`."""
 
@@ -145,10 +112,6 @@ def create_health_app(engine: Engine, readiness: Callable[[], list[str]]) -> Fas
     app = FastAPI(title="tas-extender health", docs_url=None, redoc_url=None, openapi_url=None)
     add_health_routes(app, engine, readiness)
     return app
-
-
-NOT_DECIDED = ("tas-extender is starting: policies and their metrics are not loaded yet, "
-               "so no decision can be made; retry after one sync period")
 
 
 def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
@@ -198,39 +161,21 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
                     "FailedAndUnresolvableNodes": {}, "Error": exc.message}
         return _json(body, exc.status)
 
+    decider = Decider(engine, telemetry, load.state if load is not None else None, load_weight, decided,
+                      audit_events)
+
     @app.post("/scheduler/filter", openapi_extra=_verb_openapi(EXTENDER_FILTER_RESULT, _FILTER_ERROR))
     async def filter_nodes(request: Request) -> Response:
         start = time.perf_counter()
-        args = wire.parse(await _read_body(request, max_body_bytes))
-        if not decided():
-            # Just started: a policy's metrics are not fetched yet and every node would pass it
-            # (fail-open). An Error makes the scheduler keep the pod and retry (ignorable: false)
-            # or place it without us (ignorable: true), rather than place it against the policy.
-            return _json({"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
-                          "Error": NOT_DECIDED})
-        policy = engine.policy_for(args.pod)
-        if policy is not None and policy.audit:
-            _audit_filter(policy, args.pod, args.names, engine.failed(policy, args.names), telemetry, audit_events)
-        policy = decision.enforced(policy)
-        failed = decision.filter_nodes(args.pod, args.names, engine.failed(policy, args.names) if policy else {},
-                                       load.state() if load is not None else None)
-        if policy and log.isEnabledFor(logging.INFO):
-            _log_filter(policy.name, args.names, failed)
-        telemetry.decisions.labels("filter", "passed").inc(len(args.names) - len(failed))
-        telemetry.decisions.labels("filter", "failed").inc(len(failed))
-        response = Response(wire.filter_result(args, failed), media_type=JSON)
+        response = Response(decider.filter(wire.parse(await _read_body(request, max_body_bytes))), media_type=JSON)
         telemetry.latency.labels("filter").observe(time.perf_counter() - start)
         return response
 
     @app.post("/scheduler/prioritize", openapi_extra=_verb_openapi(HOST_PRIORITY_LIST, _ERROR))
     async def prioritize(request: Request) -> Response:
         start = time.perf_counter()
-        args = wire.parse(await _read_body(request, max_body_bytes))
-        names, policy = args.names, decision.enforced(engine.policy_for(args.pod))
-        scores = decision.prioritize(args.pod, names, engine.scores(policy, names) if policy else None,
-                                     load.state() if load is not None else None, load_weight)
-        telemetry.decisions.labels("prioritize", "scored").inc(len(names))
-        response = _json([{"Host": node, "Score": score} for node, score in zip(names, scores, strict=True)])
+        response = Response(decider.prioritize(wire.parse(await _read_body(request, max_body_bytes))),
+                            media_type=JSON)
         telemetry.latency.labels("prioritize").observe(time.perf_counter() - start)
         return response
 

@@ -1,17 +1,34 @@
 """The decision of one scheduler request: the TASPolicy's part, then the load part, and their mix.
 
-The one place the HTTP layer and `tas-extender evaluate` both call, as crane keeps its plugin
-glue (plugins.go) apart from its arithmetic (stats.go, here `load/decide.py` and `strategies/`).
-Pure functions: the policy's verdicts and the load inputs are handed in.
+`Decider` answers kube-scheduler's two verbs with the bytes to send; the HTTP layer only reads
+the body and writes the answer, and `tas-extender evaluate` asks the same object. Under it, pure
+functions over the policy's verdicts and the load inputs, as crane keeps its plugin glue
+(plugins.go) apart from its arithmetic (stats.go, here `load/decide.py` and `strategies/`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
+import orjson
+
+from tas_extender import audit, wire
+from tas_extender.engine import Engine, View
 from tas_extender.load.decide import LoadState, combine, is_daemonset_pod, load_failed, load_scores
 from tas_extender.policy import Policy
+from tas_extender.telemetry import Telemetry
+
+log = logging.getLogger("tas_extender.extender")
+LOGGED_NODES = 20
+NOT_DECIDED = ("tas-extender is starting: policies and their metrics are not loaded yet, "
+               "so no decision can be made; retry after one sync period")
+# Told what an audit-mode policy would have filtered for a pod: (pod metadata, policy, node ->
+# reason of the nodes it would have failed, number of candidate nodes). audit.PodEvents is one.
+AuditReport = Callable[[Mapping[str, Any], Policy, Mapping[str, str], int], None]
 
 
 def enforced(policy: Policy | None) -> Policy | None:
@@ -42,3 +59,143 @@ def prioritize(pod_metadata: Mapping[str, Any] | None, nodes: Sequence[str], pol
     if policy_scores is None:
         return by_load
     return [combine(own, mine, 1.0, load_weight) for own, mine in zip(policy_scores, by_load, strict=True)]
+
+
+class Decider:
+    """kube-scheduler's filter and prioritize for one request, answered as the bytes to send.
+
+    Between two syncs (the engine's view is the same object) the answer for one policy and one
+    list of candidate names is the same, so in NodeNames mode it is computed once and reused: the
+    next pod of that policy costs a dictionary lookup. A new view (new metrics, a policy changed)
+    drops every reused answer. With load-aware mode on nothing is reused: a load answer depends on
+    the clock and on every binding. Full-Nodes answers carry the Node objects as sent and are
+    always built afresh; their decision is the same either way.
+    """
+
+    def __init__(self, engine: Engine, telemetry: Telemetry | None = None,
+                 load: Callable[[], LoadState] | None = None, load_weight: float = 1.0,
+                 decided: Callable[[], bool] = lambda: True, audit_events: AuditReport | None = None,
+                 reuse_limit: int = 1024):
+        self.engine, self.telemetry, self.load, self.load_weight = engine, telemetry, load, load_weight
+        self.decided, self.audit_events, self.reuse_limit = decided, audit_events, reuse_limit
+        self._lock = threading.Lock()
+        self._reused_view: View | None = None
+        # (verb, policy key, names) -> (the answer, the nodes it fails)
+        self._answers: dict[tuple, tuple[bytes, dict[str, str]]] = {}
+
+    # --- the decision, as values (evaluate and the HTTP answers below) ----------------------
+
+    def failed(self, pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
+        """Node -> reason for the candidates the filter answer fails, for this pod."""
+        return self._failed(enforced(self.engine.policy_for(pod)), pod, names)
+
+    def scores(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        """0..10 per candidate, in the order of `names`, for this pod."""
+        return self._scores(enforced(self.engine.policy_for(pod)), pod, names)
+
+    def _failed(self, policy: Policy | None, pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
+        return filter_nodes(pod, names, self.engine.failed(policy, names) if policy else {},
+                            self.load() if self.load is not None else None)
+
+    def _scores(self, policy: Policy | None, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
+        return prioritize(pod, names, self.engine.scores(policy, names) if policy else None,
+                          self.load() if self.load is not None else None, self.load_weight)
+
+    # --- the HTTP answers ------------------------------------------------------------------
+
+    def filter(self, args: wire.ExtenderArgs) -> bytes:
+        """The ExtenderFilterResult for a request."""
+        if not self.decided():
+            # Just started: a policy's metrics are not fetched yet and every node would pass it
+            # (fail-open). An Error makes the scheduler keep the pod and retry (ignorable: false)
+            # or place it without us (ignorable: true), rather than place it against the policy.
+            return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                                 "FailedAndUnresolvableNodes": {}, "Error": NOT_DECIDED})
+        policy = self.engine.policy_for(args.pod)
+        if policy is not None and policy.audit:
+            self._audit(policy, args.pod, args.names)
+        policy = enforced(policy)
+        reused = self._reused("filter", policy, args)
+        if reused is not None:
+            answer, failed = reused
+        else:
+            failed = self._failed(policy, args.pod, args.names)
+            answer = wire.filter_result(args, failed)
+            self._keep("filter", policy, args, answer, failed)
+        if policy is not None and log.isEnabledFor(logging.INFO):
+            _log_filter(policy.name, args.names, failed)
+        if self.telemetry is not None:
+            self.telemetry.decisions.labels("filter", "passed").inc(len(args.names) - len(failed))
+            self.telemetry.decisions.labels("filter", "failed").inc(len(failed))
+        return answer
+
+    def prioritize(self, args: wire.ExtenderArgs) -> bytes:
+        """The HostPriorityList for a request."""
+        policy = enforced(self.engine.policy_for(args.pod))
+        reused = self._reused("prioritize", policy, args)
+        if reused is not None:
+            answer = reused[0]
+        else:
+            scores = self._scores(policy, args.pod, args.names)
+            answer = orjson.dumps([{"Host": node, "Score": score}
+                                   for node, score in zip(args.names, scores, strict=True)])
+            self._keep("prioritize", policy, args, answer, {})
+        if self.telemetry is not None:
+            self.telemetry.decisions.labels("prioritize", "scored").inc(len(args.names))
+        return answer
+
+    # --- reuse -------------------------------------------------------------------------------
+
+    def _key(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs) -> tuple | None:
+        if self.load is not None or args.nodes is not None:
+            return None
+        # The names as a tuple: each name's hash is cached by Python, so this is one pass in C.
+        return (verb, policy.key if policy is not None else None, tuple(args.names))
+
+    def _reused(self, verb: str, policy: Policy | None,
+                args: wire.ExtenderArgs) -> tuple[bytes, dict[str, str]] | None:
+        key = self._key(verb, policy, args)
+        if key is None:
+            return None
+        with self._lock:
+            if self._reused_view is not self.engine.view:
+                return None
+            return self._answers.get(key)
+
+    def _keep(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs, answer: bytes,
+              failed: dict[str, str]) -> None:
+        key = self._key(verb, policy, args)
+        if key is None:
+            return
+        view = self.engine.view
+        with self._lock:
+            if self._reused_view is not view or len(self._answers) >= self.reuse_limit:
+                self._answers, self._reused_view = {}, view
+            self._answers[key] = (answer, failed)
+
+    # --- telemetry and logs ------------------------------------------------------------------
+
+    def _audit(self, policy: Policy, pod: Mapping[str, Any], names: list[str]) -> None:
+        """What a policy in audit mode would have filtered: counted, logged and reported; nothing is filtered."""
+        failed = self.engine.failed(policy, names)
+        if self.telemetry is not None:
+            self.telemetry.audit_decisions.labels(policy.key, "would_fail").inc(len(failed))
+            self.telemetry.audit_decisions.labels(policy.key, "would_pass").inc(len(names) - len(failed))
+        if log.isEnabledFor(logging.INFO):
+            log.info("audit: %s would filter %d of %d node(s) for pod %s/%s%s", policy.key, len(failed), len(names),
+                     pod.get("namespace") or "default", pod.get("name") or "?",
+                     f": {audit.listing(policy, failed, LOGGED_NODES)}" if failed else "")
+        if self.audit_events is not None:
+            self.audit_events(pod, policy, failed, len(names))
+
+
+def _log_filter(policy: str, names: list[str], failed: dict[str, str]) -> None:
+    """TAS's log lines, shortened past LOGGED_NODES nodes: at 5000 nodes they cost the scheduler time."""
+    passed = [n for n in names if n not in failed]
+    log.info("Filtered nodes available for %s : %s%s", policy, " ".join(passed[:LOGGED_NODES]),
+             f" ... and {len(passed) - LOGGED_NODES} more" if len(passed) > LOGGED_NODES else "")
+    prefix = f"{policy}: dontschedule rule "
+    for node, reason in islice(failed.items(), LOGGED_NODES):
+        log.info("%s violating : %s", node, reason.removeprefix(prefix))
+    if len(failed) > LOGGED_NODES:
+        log.info("... and %d more nodes violating %s", len(failed) - LOGGED_NODES, policy)

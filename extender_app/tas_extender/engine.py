@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import operator
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from tas_extender.cache import MetricCache
 from tas_extender.metrics import Snapshot
@@ -40,6 +40,20 @@ class Engine:
         self._lock = threading.Lock()
         store.listeners.append(self.rebuild)
 
+    @classmethod
+    def offline(cls, policies: Iterable[Policy], snapshot: Snapshot, nodes: Iterable[str] = (),
+                fail_closed: bool = False) -> Engine:
+        """An engine over given policies and one given snapshot, nothing fetched or watched: what
+        `tas-extender evaluate` decides with, through the same Decider the server answers with."""
+        store = PolicyStore()
+        store.replace_all(list(policies), {})
+        cache = MetricCache(_Given(), float("inf"))
+        cache.snapshot = snapshot
+        engine = cls(store, cache, fail_closed)
+        engine.known_nodes = set(nodes)
+        engine.rebuild()
+        return engine
+
     def rebuild(self) -> View:
         with self._lock:
             snapshot = self.cache.snapshot
@@ -49,7 +63,7 @@ class Engine:
             self.view = View(snapshot, nodes, failed)
             return self.view
 
-    def policy_for(self, pod_metadata: dict) -> Policy | None:
+    def policy_for(self, pod_metadata: Mapping[str, Any]) -> Policy | None:
         """The pod's policy: named by its telemetry-policy label, in its namespace."""
         name = (pod_metadata.get("labels") or {}).get(POLICY_LABEL)
         if not name:
@@ -73,3 +87,12 @@ class Engine:
     def scores(self, policy: Policy, nodes: Sequence[str]) -> list[int]:
         """Scores in the order of `nodes`."""
         return scheduleonmetric.score_list(policy, self.view.snapshot, nodes)
+
+
+class _Given:
+    """The metric source of an offline engine, whose snapshot is given: nothing to fetch."""
+
+    name = "given"
+
+    def fetch(self, metrics: set[str]) -> dict[str, dict]:
+        raise RuntimeError("an offline engine fetches nothing: its snapshot is given")

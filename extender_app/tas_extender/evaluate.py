@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tas_extender import decision
+from tas_extender.decision import Decider
+from tas_extender.engine import POLICY_LABEL, Engine
 from tas_extender.load.decide import LoadState, crane_scores, node_score
 from tas_extender.metrics import Snapshot
 from tas_extender.policy import Policy
@@ -20,6 +21,10 @@ def evaluate(policies: Iterable[Policy], snapshot: Snapshot, nodes: Sequence[str
     """With `load`, each policy also gets `request` (what the scheduler's filter and prioritize
     calls answer for a pod with that policy) and the document gets `load` (for a pod without one).
     A policy in audit mode gets `"enforcement": "audit"`: its decisions are what it would do."""
+    policies = list(policies)
+    # What the server would answer, asked of the same Decider it answers with.
+    decider = Decider(Engine.offline(policies, snapshot, nodes, fail_closed), load=lambda: load,
+                      load_weight=load_weight) if load is not None else None
     out: dict[str, dict] = {}
     for policy in policies:
         failed = dontschedule.failed_nodes(policy, snapshot, nodes, fail_closed)
@@ -35,18 +40,15 @@ def evaluate(policies: Iterable[Policy], snapshot: Snapshot, nodes: Sequence[str
         }
         if policy.audit:
             out[policy.key]["enforcement"] = policy.enforcement
-        if load is not None:
-            enforced = decision.enforced(policy)
-            answered = decision.filter_nodes(None, nodes, dict(failed) if enforced else {}, load)
-            own = scheduleonmetric.score_list(enforced, snapshot, nodes) if enforced else None
-            scores = decision.prioritize(None, nodes, own, load, load_weight)
-            out[policy.key]["request"] = {"filter": _verdicts(nodes, answered),
-                                          "scores": dict(zip(nodes, scores, strict=True))}
+        if decider is not None:
+            pod = {"namespace": policy.namespace, "labels": {POLICY_LABEL: policy.name}}
+            out[policy.key]["request"] = {"filter": _verdicts(nodes, decider.failed(pod, nodes)),
+                                          "scores": dict(zip(nodes, decider.scores(pod, nodes), strict=True))}
     document: dict[str, dict] = {"policies": out}
-    if load is not None:
+    if load is not None and decider is not None:
         document["load"] = {
-            "filter": _verdicts(nodes, decision.filter_nodes(None, nodes, {}, load)),
-            "scores": dict(zip(nodes, decision.prioritize(None, nodes, None, load, load_weight), strict=True)),
+            "filter": _verdicts(nodes, decider.failed({}, nodes)),
+            "scores": dict(zip(nodes, decider.scores({}, nodes), strict=True)),
             "crane_scores": dict(zip(nodes, crane_scores(load, nodes), strict=True)),
             "usage_scores": {node: node_score(load.policy, load.values(node)) for node in nodes},
             "hot_values": {node: load.hot_value(node) for node in nodes},

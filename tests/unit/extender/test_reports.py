@@ -16,7 +16,7 @@ from kubernetes import client, watch
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from tas_extender import reports
-from tas_extender.api import NOT_DECIDED
+from tas_extender.decision import NOT_DECIDED
 from tas_extender.controller import Controller
 from tas_extender.telemetry import DESCHEDULER_RESULTS, Telemetry
 

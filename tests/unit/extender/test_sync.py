@@ -91,7 +91,8 @@ def test_filter_answers_an_error_until_a_round_has_fetched_the_listed_policies_m
 
     import httpx
 
-    from tas_extender.api import NOT_DECIDED, create_app
+    from tas_extender.api import create_app
+    from tas_extender.decision import NOT_DECIDED
     from tas_extender.telemetry import Telemetry
 
     metrics = tmp_path / "metrics.prom"
