@@ -36,7 +36,11 @@ class MetricCache:
             self.last_error = str(error)
         else:
             with self._lock:
-                self._samples = {m: fetched.get(m, {}) for m in metrics}
+                # A node an answer leaves out keeps its last sample, which ages out as any other
+                # (max_age): a restarted Prometheus answers with nothing until its first scrape,
+                # and a new adapter until it has listed the series, for some seconds; that must
+                # not drop every node's value at once and let pods through (missing fails open).
+                self._samples = {m: {**self._samples.get(m, {}), **fetched.get(m, {})} for m in metrics}
             self.source_up = True
             self.synced = True
             self.last_error = ""

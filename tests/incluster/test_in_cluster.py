@@ -707,15 +707,37 @@ def test_a_changed_configuration_rolls_prometheus_and_reaches_it(api_client):
         return pod.metadata.name, body["data"]["yaml"]
 
     before, _ = running_config()
-    # the prometheus role alone (site.yml's tag), as a user applies a change to its variables
-    ansible_playbook("playbooks/site.yml", "--tags", "prometheus", "-e", "prometheus_scrape_interval=7s")
+    # Throughout both rolls, the custom metrics API must answer with every worker's value, or
+    # not at all: a new Prometheus has no series until it has scraped, and an answer without a
+    # node's value is how an upgrade once let pods onto the node their policy forbids.
+    gaps: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            try:
+                served = served_health(api_client)
+            except Exception:  # noqa: BLE001, S112 - no answer at all: the extender keeps its values
+                continue
+            if set(served) != set(WORKERS):
+                gaps.append(f"{datetime.datetime.now(datetime.UTC):%H:%M:%S.%f}: {sorted(served)}")
+
+    watcher = threading.Thread(target=watch, name="custom-metrics-watch")
+    watcher.start()
     try:
+        # the prometheus role alone (site.yml's tag), as a user applies a change to its variables
+        ansible_playbook("playbooks/site.yml", "--tags", "prometheus", "-e", "prometheus_scrape_interval=7s")
+        try:
+            name, config = running_config()
+            assert name != before and "scrape_interval: 7s" in config, (before, name)
+        finally:
+            ansible_playbook("playbooks/site.yml", "--tags", "prometheus")
         name, config = running_config()
-        assert name != before and "scrape_interval: 7s" in config, (before, name)
+        assert "scrape_interval: 7s" not in config
     finally:
-        ansible_playbook("playbooks/site.yml", "--tags", "prometheus")
-    name, config = running_config()
-    assert "scrape_interval: 7s" not in config
+        stop.set()
+        watcher.join()
+    assert not gaps, f"the custom metrics API answered without some worker's value: {gaps[:5]}"
 
 
 def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):

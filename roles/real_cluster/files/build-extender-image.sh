@@ -2,15 +2,15 @@
 # Build the tas-extender image archive from the project's own source, once per source state.
 #   build-extender-image.sh SOURCE_DIR PYTHON_ROOTFS.tar OUT_DIR IMAGE_NAME PYTHON OCI_IMAGE_PY CONSTRAINTS
 # Prints the archive's path, after "built" when it had to be built. The archive's name carries
-# a hash of the source, the pins and the base, so an edit to the app gives a new image, never a
-# stale one. The image holds the package and what it needs at run time, at the versions
+# a hash of the image's name, the source, the pins and the base, so an edit to the app gives a
+# new image, never a stale one, and two names never share an archive. The image holds the package and what it needs at run time, at the versions
 # CONSTRAINTS pins (the repository's constraints.txt), and nothing else.
 set -euo pipefail
 src=$(cd "$1" && pwd) rootfs=$2 out_dir=$3 name=$4 python=$5 oci_image=$6 constraints=$7
 
 # What the Dockerfile copies: the package's metadata and code, no build output or caches.
 files() ( cd "$src" && find pyproject.toml README.md tas_extender -type f -not -path '*/__pycache__/*' -print0 | sort -z )
-hash=$( { basename "$rootfs"; sha256sum <"$constraints"; files | (cd "$src" && xargs -0 sha256sum); } \
+hash=$( { echo "$name"; basename "$rootfs"; sha256sum <"$constraints"; files | (cd "$src" && xargs -0 sha256sum); } \
   | sha256sum | cut -c1-16)
 out=$out_dir/tas-extender-$hash.tar
 if [[ -s $out ]]; then echo "$out"; exit 0; fi

@@ -133,6 +133,21 @@ def test_cache_fetches_only_the_metrics_asked_for_and_keeps_values_until_they_ag
     assert cache.refresh({"m"}, now=NOW + 61).get("m", "a") is None  # a failed source is no excuse
 
 
+def test_a_node_an_answer_leaves_out_keeps_its_value_until_it_ages_out():
+    """A Prometheus restarted by an upgrade answers with no series until its first scrape: the
+    nodes' values must not all go missing at once (missing fails open, and pods went to the node
+    their policy forbids). A node left out keeps its last value, which ages out as any other."""
+    source = FlakySource()
+    cache = MetricCache(source, max_age=60)
+    source.answer = {"m": {"a": Sample(2.0, NOW), "b": Sample(0.0, NOW)}}
+    cache.refresh({"m"}, now=NOW)
+    source.answer = {"m": {}}  # answered, but without any node
+    assert cache.refresh({"m"}, now=NOW + 20).values == {"m": {"a": 2.0, "b": 0.0}}
+    source.answer = {"m": {"b": Sample(1.0, NOW + 40)}}  # b is back with a new value, a is not
+    assert cache.refresh({"m"}, now=NOW + 40).values == {"m": {"a": 2.0, "b": 1.0}}
+    assert cache.refresh({"m"}, now=NOW + 61).values == {"m": {"b": 1.0}}  # a's last value aged out
+
+
 def test_cache_without_live_metrics_does_not_call_the_source():
     source = FlakySource()
     cache = MetricCache(source, max_age=60)
