@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from support import DEFAULT_CLUSTER_DIR, REPO, get_raw, ready_kubeconfig, wait_for  # noqa: F401 - the suites import them from here too
+from support import DEFAULT_CLUSTER_DIR, REPO, append_lines, get_raw, ready_kubeconfig, wait_for  # noqa: F401 - the suites import them from here too
 
 
 @pytest.fixture(scope="session")
@@ -61,12 +60,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         reason = crash.message.splitlines()[0] if crash and crash.message else str(report.longrepr).splitlines()[-1]
         lines.append(f"  {report.nodeid} ({report.when}): {reason[:400]}")
     append_lines(path, lines)
-
-
-def append_lines(path: str, lines: list[str]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n")
 
 
 def record_durations(terminalreporter, config, slowest: int = 12) -> None:

@@ -102,9 +102,14 @@ def record_figure(line: str) -> None:
     in benchmarks, and a busy machine is slower."""
     path = os.environ.get("TAS_TEST_DURATIONS")
     if path:
-        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(f"figure: {line}\n")
+        append_lines(path, [f"figure: {line}"])
+
+
+def append_lines(path: str, lines: list[str]) -> None:
+    """Add lines to a file that runs share (make test's failures and durations files)."""
+    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
 
 
 def get_raw(api, path: str) -> bytes:

@@ -115,13 +115,13 @@ class Decider:
         if policy is not None and policy.audit:
             self._audit(policy, args.pod, args.names)
         policy = enforced(policy)
-        reused = self._reused("filter", policy, args)
+        key, view, reused = self._reused("filter", policy, args)
         if reused is not None:
             answer, failed = reused
         else:
             failed = self._failed(policy, args.pod, args.names)
             answer = wire.filter_result(args, failed)
-            self._keep("filter", policy, args, answer, failed)
+            self._keep(key, view, answer, failed)
         if policy is not None and log.isEnabledFor(logging.INFO):
             _log_filter(policy.name, args.names, failed)
         if self.telemetry is not None:
@@ -132,42 +132,35 @@ class Decider:
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         """The HostPriorityList for a request."""
         policy = enforced(self.engine.policy_for(args.pod))
-        reused = self._reused("prioritize", policy, args)
+        key, view, reused = self._reused("prioritize", policy, args)
         if reused is not None:
             answer = reused[0]
         else:
             scores = self._scores(policy, args.pod, args.names)
             answer = orjson.dumps([{"Host": node, "Score": score}
                                    for node, score in zip(args.names, scores, strict=True)])
-            self._keep("prioritize", policy, args, answer, {})
+            self._keep(key, view, answer, {})
         if self.telemetry is not None:
             self.telemetry.decisions.labels("prioritize", "scored").inc(len(args.names))
         return answer
 
     # --- reuse -------------------------------------------------------------------------------
 
-    def _key(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs) -> tuple | None:
+    def _reused(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs
+                ) -> tuple[tuple | None, View, tuple[bytes, dict[str, str]] | None]:
+        """(key, the view the answer stands on, the answer kept for it or None). The key is None
+        where nothing is reused: load-aware mode, full Node objects."""
+        view = self.engine.view  # taken first: an answer computed now stands on this view or a newer one
         if self.load is not None or args.nodes is not None:
-            return None
+            return None, view, None
         # The names as a tuple: each name's hash is cached by Python, so this is one pass in C.
-        return (verb, policy.key if policy is not None else None, tuple(args.names))
-
-    def _reused(self, verb: str, policy: Policy | None,
-                args: wire.ExtenderArgs) -> tuple[bytes, dict[str, str]] | None:
-        key = self._key(verb, policy, args)
-        if key is None:
-            return None
+        key = (verb, policy.key if policy is not None else None, tuple(args.names))
         with self._lock:
-            if self._reused_view is not self.engine.view:
-                return None
-            return self._answers.get(key)
+            return key, view, self._answers.get(key) if self._reused_view is view else None
 
-    def _keep(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs, answer: bytes,
-              failed: dict[str, str]) -> None:
-        key = self._key(verb, policy, args)
-        if key is None:
+    def _keep(self, key: tuple | None, view: View, answer: bytes, failed: dict[str, str]) -> None:
+        if key is None or view is not self.engine.view:  # a sync came in between: not kept
             return
-        view = self.engine.view
         with self._lock:
             if self._reused_view is not view or len(self._answers) >= self.reuse_limit:
                 self._answers, self._reused_view = {}, view
