@@ -385,8 +385,8 @@ class Controller:
             def on_pod_event(kind: str, pod: Any) -> None:
                 if kind == "DELETED":
                     pods.forget_pod(pod.metadata.uid)
-                else:
-                    pods.on_pod(pod.metadata.uid, pod.spec.node_name)
+                elif pods.on_pod(pod.metadata.uid, pod.spec.node_name):
+                    self.telemetry.load_bindings.inc()
 
             watches.append(("pod", self.core.list_pod_for_all_namespaces, on_pod_list, on_pod_event))
         for name, list_fn, on_list, on_event in watches:

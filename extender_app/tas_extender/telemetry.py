@@ -56,6 +56,10 @@ class Telemetry:
             "tas_extender_descheduler_busiest_run_evictions",
             "The most pods one descheduler run evicted from one node, among the runs of the last 10 minutes"
             " (its Events)", registry=self.registry)
+        self.load_bindings = Counter(
+            "tas_extender_load_bindings_total",
+            "Pods the load-aware mode saw bound to a node, each counted in its node's hot value",
+            registry=self.registry)
         self.label_patches = Counter(
             "tas_extender_node_label_patches_total", "Node label patches sent by the controller",
             registry=self.registry)

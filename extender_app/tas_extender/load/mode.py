@@ -33,16 +33,19 @@ class LoadAware:
         """The node's hot points now (what the annotator writes as node_hot_value)."""
         return self.state().hot_value(node)
 
-    def on_pod(self, uid: str, node: str | None, initial: bool = False) -> None:
-        """A pod as the watch shows it: its first appearance on a node counts as a binding.
+    def on_pod(self, uid: str, node: str | None, initial: bool = False) -> bool:
+        """A pod as the watch shows it: its first appearance on a node counts as a binding
+        (True when it was counted).
 
         Pods already bound when the watch starts (`initial`) are remembered, not counted.
         """
         if not node or self._bound.get(uid) == node:
-            return
+            return False
         self._bound[uid] = node
-        if not initial:
-            self.bindings.record(node, self.clock())
+        if initial:
+            return False
+        self.bindings.record(node, self.clock())
+        return True
 
     def forget_pod(self, uid: str) -> None:
         self._bound.pop(uid, None)

@@ -92,9 +92,9 @@ def test_a_burst_moves_to_the_next_node_once_the_first_is_hot(mode, load_client)
 
 
 def test_pods_bound_before_the_watch_started_are_not_counted(mode):
-    mode.on_pod("old", "node-3", initial=True)
-    mode.on_pod("old", "node-3")
-    mode.on_pod("new", "node-3")
+    assert not mode.on_pod("old", "node-3", initial=True)
+    assert not mode.on_pod("old", "node-3")
+    assert mode.on_pod("new", "node-3")  # counted: the controller's tas_extender_load_bindings_total
     assert mode.bindings.count("node-3", 60, NOW) == 1
 
 
