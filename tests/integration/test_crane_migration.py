@@ -24,33 +24,7 @@ DEADLINE = 30
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 METRICS = ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d",
            "mem_usage_avg_5m", "mem_usage_max_avg_1h", "mem_usage_max_avg_1d"]
-CRANE_POLICY = """\
-apiVersion: scheduler.policy.crane.io/v1alpha1
-kind: DynamicSchedulerPolicy
-spec:
-  syncPolicy:
-    - {name: cpu_usage_avg_5m, period: 3m}
-    - {name: cpu_usage_max_avg_1h, period: 15m}
-    - {name: cpu_usage_max_avg_1d, period: 3h}
-    - {name: mem_usage_avg_5m, period: 3m}
-    - {name: mem_usage_max_avg_1h, period: 15m}
-    - {name: mem_usage_max_avg_1d, period: 3h}
-  predicate:
-    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.65}
-    - {name: cpu_usage_max_avg_1h, maxLimitPecent: 0.75}
-    - {name: mem_usage_avg_5m, maxLimitPecent: 0.65}
-    - {name: mem_usage_max_avg_1h, maxLimitPecent: 0.75}
-  priority:
-    - {name: cpu_usage_avg_5m, weight: 0.2}
-    - {name: cpu_usage_max_avg_1h, weight: 0.3}
-    - {name: cpu_usage_max_avg_1d, weight: 0.5}
-    - {name: mem_usage_avg_5m, weight: 0.2}
-    - {name: mem_usage_max_avg_1h, weight: 0.3}
-    - {name: mem_usage_max_avg_1d, weight: 0.5}
-  hotValue:
-    - {timeRange: 5m, count: 5}
-    - {timeRange: 1m, count: 2}
-"""
+CRANE_POLICY = (FIXTURES / "crane" / "policy.yaml").read_text()  # crane's shipped policy file
 
 
 def crane_value(fraction: float, age: float = 0.0) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pathlib
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -35,54 +36,8 @@ from tas_extender.policy import PolicyError
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
 
-# crane's deploy/manifests/policy.yaml, which the TKE document's defaults describe.
-CRANE_POLICY = """
-apiVersion: scheduler.policy.crane.io/v1alpha1
-kind: DynamicSchedulerPolicy
-spec:
-  syncPolicy:
-    ##cpu usage
-    - name: cpu_usage_avg_5m
-      period: 3m
-    - name: cpu_usage_max_avg_1h
-      period: 15m
-    - name: cpu_usage_max_avg_1d
-      period: 3h
-    ##memory usage
-    - name: mem_usage_avg_5m
-      period: 3m
-    - name: mem_usage_max_avg_1h
-      period: 15m
-    - name: mem_usage_max_avg_1d
-      period: 3h
-  predicate:
-    - name: cpu_usage_avg_5m
-      maxLimitPecent: 0.65
-    - name: cpu_usage_max_avg_1h
-      maxLimitPecent: 0.75
-    - name: mem_usage_avg_5m
-      maxLimitPecent: 0.65
-    - name: mem_usage_max_avg_1h
-      maxLimitPecent: 0.75
-  priority:
-    - name: cpu_usage_avg_5m
-      weight: 0.2
-    - name: cpu_usage_max_avg_1h
-      weight: 0.3
-    - name: cpu_usage_max_avg_1d
-      weight: 0.5
-    - name: mem_usage_avg_5m
-      weight: 0.2
-    - name: mem_usage_max_avg_1h
-      weight: 0.3
-    - name: mem_usage_max_avg_1d
-      weight: 0.5
-  hotValue:
-    - timeRange: 5m
-      count: 5
-    - timeRange: 1m
-      count: 2
-"""
+# crane's deploy/manifests/dynamic/policy.yaml, which the TKE document's defaults describe.
+CRANE_POLICY = (pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "crane" / "policy.yaml").read_text()
 
 
 def _doc(**spec) -> dict:

@@ -1,0 +1,192 @@
+"""Coming from crane with its monitoring unchanged, on the real-node cluster.
+
+A crane user's Prometheus is there first (crane-monitoring.yaml): node-exporter scraped by
+address, so every series is keyed by `instance="<node IP>:9100"` and has no `node` label, and
+crane's recording rules exactly as crane's README gives them (tests/fixtures/crane/rules.yaml).
+Then site.yml turns load-aware scheduling on against that Prometheus, as docs/extender.md's
+"Keeping your Prometheus" says: `extender_load_prometheus_url` pointing at it, crane's policy
+file unchanged as `extender_load_policy`, and the prometheus role's own load rules off (the
+user's are there). The extender matches each series to its node by address, every worker gets
+crane's annotations, a new pod goes to the idle node, and nothing of the user's changes.
+site.yml with the defaults turns it off again.
+
+Simulated, and named as such: the kernel's CPU and memory figures each node's node-exporter
+reads (below, KernelFigures), since the real nodes share one machine's CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+
+from conftest import REAL_CLUSTER_DIR, WORKERS, ansible_playbook, node_path
+from support import REPO, wait_for
+from test_in_cluster import DEADLINE, DEMO_NS, ready_pods
+
+LOAD = {"node-1": 95, "node-2": 50, "node-3": 10}  # percent busy, CPU and memory alike
+THEIR_NS = "platform-monitoring"
+THEIR_PROMETHEUS = f"http://prometheus.{THEIR_NS}.svc:9090"
+MANIFEST = REPO / "tests" / "incluster" / "crane-monitoring.yaml"
+CRANE = REPO / "tests" / "fixtures" / "crane"
+TEXTFILE = "/var/lib/node-exporter/their-textfile"
+MEMORY = 8 * 2**30  # bytes each simulated node has
+MANAGED_KEY = "telemetry.intel.com/load-annotations"
+ANNOTATED = ("cpu_usage_avg_5m", "mem_usage_avg_5m")  # what crane's rules give within minutes of a start
+
+
+def kubectl(*args: str) -> None:
+    subprocess.run([str(REAL_CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(REAL_CLUSTER_DIR / "kubeconfig"),
+                    *args], check=True, capture_output=True, text=True)
+
+
+class KernelFigures(threading.Thread):
+    """What node-exporter's cpu and meminfo collectors would read from /proc on each worker at its
+    simulated load, written into the user's node-exporter's textfile directory four times a
+    second: the CPU's idle counter rises at the node's idle fraction, available memory is the
+    node's free fraction. crane's rules compute the usage from them as from a kernel's."""
+
+    def __init__(self, loads: dict[str, int]):
+        super().__init__(name="kernel-figures", daemon=True)
+        self.loads, self.stopped, self.began = loads, threading.Event(), time.monotonic()
+
+    def write(self) -> None:
+        elapsed = time.monotonic() - self.began
+        for node, busy in self.loads.items():
+            directory = node_path(node, TEXTFILE)
+            temporary = directory / "kernel.tmp"  # not *.prom: the collector reads only those
+            temporary.write_text(
+                "# TYPE node_cpu_seconds_total counter\n"
+                f'node_cpu_seconds_total{{cpu="0",mode="idle"}} {1000 + elapsed * (100 - busy) / 100:.3f}\n'
+                f"node_memory_MemTotal_bytes {MEMORY}\n"
+                f"node_memory_MemAvailable_bytes {MEMORY * (100 - busy) // 100}\n")
+            temporary.replace(directory / "kernel.prom")
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.25):
+            self.write()
+
+
+def addresses(core: client.CoreV1Api) -> dict[str, str]:
+    """Worker -> its InternalIP."""
+    return {n: next(a.address for a in core.read_node(n).status.addresses if a.type == "InternalIP") for n in WORKERS}
+
+
+def their_configuration(core: client.CoreV1Api) -> dict[str, str]:
+    """The user's prometheus.yml (node-exporter scraped by address every 15 s, as crane's README
+    asks: under 30 s) and crane's rules, unchanged."""
+    config = {"global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+              "rule_files": ["/etc/prometheus/crane-rules.yaml"],
+              "scrape_configs": [{"job_name": "node-exporter", "static_configs": [
+                  {"targets": [f"{ip}:9100" for ip in addresses(core).values()]}]}]}
+    return {"prometheus.yml": yaml.safe_dump(config), "crane-rules.yaml": (CRANE / "rules.yaml").read_text()}
+
+
+def their_values(core: client.CoreV1Api, record: str) -> dict[str, float]:
+    """instance -> value of one of crane's records, asked of the user's Prometheus."""
+    pod = ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus")[0]
+    body = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/query", params={"query": record}, timeout=10).json()
+    return {s["metric"].get("instance", ""): float(s["value"][1]) for s in body["data"]["result"]}
+
+
+def theirs(api_client) -> dict[str, object]:
+    """What belongs to the user: the Prometheus configuration and rules, the workloads' specs and
+    generations, the Service's spec."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    spec = api_client.sanitize_for_serialization
+    daemonset = apps.read_namespaced_daemon_set("node-exporter", THEIR_NS)
+    deployment = apps.read_namespaced_deployment("prometheus", THEIR_NS)
+    return {"config": core.read_namespaced_config_map("prometheus", THEIR_NS).data,
+            "daemonset": (daemonset.metadata.generation, spec(daemonset.spec)),
+            "deployment": (deployment.metadata.generation, spec(deployment.spec)),
+            "service": spec(core.read_namespaced_service("prometheus", THEIR_NS).spec)}
+
+
+def annotations(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
+    return {n: core.read_node(n).metadata.annotations or {} for n in WORKERS}
+
+
+def crane_fraction(annotation: str) -> float:
+    """The value of crane's "<fraction>,<time>Z"."""
+    return float(annotation.split(",")[0])
+
+
+@pytest.fixture(scope="module")
+def migrated(api_client):
+    """The user's monitoring first, then site.yml against it; afterwards the defaults again and the
+    user's monitoring gone, for the modules after this one."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    for node in WORKERS:
+        node_path(node, TEXTFILE).mkdir(exist_ok=True)
+    figures = KernelFigures(LOAD)
+    figures.write()
+    figures.start()
+    try:
+        kubectl("apply", "-f", str(MANIFEST))
+        core.create_namespaced_config_map(THEIR_NS, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="prometheus"), data=their_configuration(core)))
+        wait_for(lambda: apps.read_namespaced_daemon_set("node-exporter", THEIR_NS).status.number_ready == len(WORKERS)
+                 and ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus"), DEADLINE,
+                 "the user's node-exporters and Prometheus ready")
+        # crane's 1-minute group first evaluates when its 30-second group has two scrapes to rate
+        want = {f"{ip}:9100" for ip in addresses(core).values()}
+        wait_for(lambda: all(set(their_values(core, record)) == want for record in ANNOTATED), DEADLINE,
+                 f"the user's Prometheus recording {ANNOTATED} for every worker, keyed by address")
+        before = theirs(api_client)
+        # crane's policy file as docs/extender.md says to pass it: read and parsed by Ansible
+        policy = "{{ lookup('ansible.builtin.file', '%s') | from_yaml }}" % (CRANE / "policy.yaml")
+        ansible_playbook("playbooks/site.yml", "-e", json.dumps({
+            "tas_load_aware": True, "extender_load_prometheus_url": THEIR_PROMETHEUS, "extender_load_policy": policy,
+            "prometheus_load_rules": False, "descheduler_rebalance_by_load": False}))
+        yield before
+    finally:
+        try:
+            ansible_playbook("playbooks/site.yml")
+        finally:
+            figures.stopped.set()
+            kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
+            for node in WORKERS:
+                shutil.rmtree(node_path(node, TEXTFILE), ignore_errors=True)
+    wait_for(lambda: not any(MANAGED_KEY in a or "cpu_usage_avg_5m" in a for a in annotations(core).values()),
+             DEADLINE, "the load annotations taken off the nodes")
+
+
+def test_every_worker_gets_crane_annotations_from_series_keyed_by_address(api_client, migrated):
+    core = client.CoreV1Api(api_client)
+
+    def annotated() -> bool:
+        now = annotations(core)
+        return all(MANAGED_KEY in now[n] and all(abs(crane_fraction(now[n].get(key, "-1,")) - LOAD[n] / 100) < 0.05
+                                                 for key in ANNOTATED) for n in WORKERS)
+    wait_for(annotated, DEADLINE * 2, f"crane's annotations {ANNOTATED} on every worker, near its load")
+
+
+def test_a_new_pod_goes_to_the_idle_node(api_client, migrated):
+    core = client.CoreV1Api(api_client)
+    wait_for(lambda: all(MANAGED_KEY in a for a in annotations(core).values()), DEADLINE * 2, "every worker annotated")
+    probe = f"probe-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(DEMO_NS, client.V1Pod(metadata=client.V1ObjectMeta(name=probe), spec=client.V1PodSpec(
+        containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10.2")])))
+    try:
+        assert wait_for(lambda: core.read_namespaced_pod(probe, DEMO_NS).spec.node_name, DEADLINE,
+                        f"{probe} placed") == "node-3"
+    finally:
+        core.delete_namespaced_pod(probe, DEMO_NS, grace_period_seconds=0)
+
+
+def test_nothing_of_the_users_monitoring_changed(api_client, migrated):
+    assert theirs(api_client) == migrated
+    # and their Prometheus still records crane's rules, and only those
+    core = client.CoreV1Api(api_client)
+    pod = ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus")[0]
+    groups = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/rules", timeout=10).json()["data"]["groups"]
+    assert sorted(r["name"] for g in groups for r in g["rules"]) == sorted(
+        r["record"] for g in yaml.safe_load((CRANE / "rules.yaml").read_text())["groups"] for r in g["rules"])
