@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import threading
 import time
-import uuid
 
 import httpx
 import pytest
@@ -30,7 +29,7 @@ from kubernetes import client
 
 from conftest import REAL_CLUSTER_DIR, WORKERS, ansible_playbook, node_path
 from support import REPO, wait_for
-from test_in_cluster import DEADLINE, DEMO_NS, ready_pods
+from test_in_cluster import DEADLINE, placed_probe, ready_pods
 
 LOAD = {"node-1": 95, "node-2": 50, "node-3": 10}  # percent busy, CPU and memory alike
 THEIR_NS = "platform-monitoring"
@@ -172,14 +171,7 @@ def test_every_worker_gets_crane_annotations_from_series_keyed_by_address(api_cl
 def test_a_new_pod_goes_to_the_idle_node(api_client, migrated):
     core = client.CoreV1Api(api_client)
     wait_for(lambda: all(MANAGED_KEY in a for a in annotations(core).values()), DEADLINE * 2, "every worker annotated")
-    probe = f"probe-{uuid.uuid4().hex[:6]}"
-    core.create_namespaced_pod(DEMO_NS, client.V1Pod(metadata=client.V1ObjectMeta(name=probe), spec=client.V1PodSpec(
-        containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10.2")])))
-    try:
-        assert wait_for(lambda: core.read_namespaced_pod(probe, DEMO_NS).spec.node_name, DEADLINE,
-                        f"{probe} placed") == "node-3"
-    finally:
-        core.delete_namespaced_pod(probe, DEMO_NS, grace_period_seconds=0)
+    assert placed_probe(core) == "node-3"
 
 
 def test_nothing_of_the_users_monitoring_changed(api_client, migrated):

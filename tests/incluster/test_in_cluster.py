@@ -39,6 +39,18 @@ def node_ip(core: client.CoreV1Api, name: str) -> str:
     return next(a.address for a in node.status.addresses if a.type == "InternalIP")
 
 
+def placed_probe(core: client.CoreV1Api) -> str:
+    """The node a bare pod (no policy label, so placed by load alone in load-aware mode) is bound to
+    in the demo's namespace; the pod is deleted afterwards."""
+    probe = f"probe-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(DEMO_NS, client.V1Pod(metadata=client.V1ObjectMeta(name=probe), spec=client.V1PodSpec(
+        containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10.2")])))
+    try:
+        return wait_for(lambda: core.read_namespaced_pod(probe, DEMO_NS).spec.node_name, DEADLINE, f"{probe} placed")
+    finally:
+        core.delete_namespaced_pod(probe, DEMO_NS, grace_period_seconds=0)
+
+
 def ready_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[client.V1Pod]:
     pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from conftest import WORKERS, ansible_playbook, node_path
 from support import wait_for, write_simulated_loads
-from test_in_cluster import DEADLINE, DEMO_NS, crowd_node_1, descheduler_evictions, descheduler_paused
+from test_in_cluster import DEADLINE, DEMO_NS, crowd_node_1, descheduler_evictions, descheduler_paused, placed_probe
 
 LOAD = {"node-1": 95, "node-2": 50, "node-3": 10}  # percent: hot, between the marks, idle
 SIMULATED = ["-e", json.dumps({f"prometheus_load_rules_{kind}_expr": f"max by (instance, node) (simulated_{kind}_usage_percent)"
@@ -54,14 +54,7 @@ def test_pods_move_off_a_hot_node_one_a_run_and_go_where_the_load_is_low(api_cli
                                  and MANAGED_KEY in a for n in WORKERS), DEADLINE * 2, "crane's load annotations on every worker")
 
             # a new pod goes to the idle node
-            probe = f"probe-{uuid.uuid4().hex[:6]}"
-            core.create_namespaced_pod(DEMO_NS, client.V1Pod(metadata=client.V1ObjectMeta(name=probe), spec=client.V1PodSpec(
-                containers=[client.V1Container(name="app", image="registry.k8s.io/pause:3.10.2")])))
-            try:
-                assert wait_for(lambda: core.read_namespaced_pod(probe, DEMO_NS).spec.node_name, DEADLINE,
-                                f"{probe} placed") == "node-3"
-            finally:
-                core.delete_namespaced_pod(probe, DEMO_NS, grace_period_seconds=0)
+            assert placed_probe(core) == "node-3"
         resumed = datetime.datetime.now(datetime.UTC)
 
         # node-1 above the high mark (65 %), node-3 below the low one (30 %): the next run moves
