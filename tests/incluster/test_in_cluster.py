@@ -106,6 +106,15 @@ def filter_answers(core: client.CoreV1Api, tls: ssl.SSLContext, pod: dict | None
             for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")]
 
 
+def prioritize_answers(core: client.CoreV1Api, tls: ssl.SSLContext) -> list[dict[str, int]]:
+    """Each ready extender replica's scores of the workers for a bare pod (no policy label: in
+    load-aware mode, scored by load alone), as the scheduler asks."""
+    request = {"Pod": {"metadata": {"name": "probe", "namespace": DEMO_NS}}, "NodeNames": WORKERS}
+    return [{h["Host"]: h["Score"] for h in httpx.post(f"https://{p.status.pod_ip}:9001/scheduler/prioritize",
+                                                       json=request, verify=tls, timeout=10).json()}
+            for p in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")]
+
+
 def filter_rejects(core: client.CoreV1Api, tls: ssl.SSLContext, node: str) -> bool:
     """True when every extender replica's filter rejects `node` for a demo pod."""
     answers = filter_answers(core, tls)
