@@ -50,6 +50,12 @@ def run_ansible(program: str, *args: str, succeed: bool = True, inventory: str =
     return result
 
 
+def kubectl(*args: str) -> None:
+    """kubectl against the real-node cluster (apply and delete of a manifest, as a user would)."""
+    subprocess.run([str(REAL_CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(REAL_CLUSTER_DIR / "kubeconfig"),
+                    *args], check=True, capture_output=True, text=True)
+
+
 def ansible_playbook(*args: str, succeed: bool = True, inventory: str = "real") -> subprocess.CompletedProcess:
     """Run a playbook against the real-node cluster, as make demo does."""
     return run_ansible("ansible-playbook", *args, succeed=succeed, inventory=inventory)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 import time
 
@@ -27,7 +26,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import REAL_CLUSTER_DIR, WORKERS, ansible_playbook, node_path
+from conftest import WORKERS, ansible_playbook, kubectl, node_path
 from support import REPO, wait_for
 from test_in_cluster import DEADLINE, client_tls, placed_probe, prioritize_answers, ready_pods
 
@@ -40,11 +39,6 @@ TEXTFILE = "/var/lib/node-exporter/their-textfile"
 MEMORY = 8 * 2**30  # bytes each simulated node has
 MANAGED_KEY = "telemetry.intel.com/load-annotations"
 ANNOTATED = ("cpu_usage_avg_5m", "mem_usage_avg_5m")  # what crane's rules give within minutes of a start
-
-
-def kubectl(*args: str) -> None:
-    subprocess.run([str(REAL_CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(REAL_CLUSTER_DIR / "kubeconfig"),
-                    *args], check=True, capture_output=True, text=True)
 
 
 class KernelFigures(threading.Thread):

@@ -10,12 +10,11 @@ Our own adapter is removed for this module and put back afterwards.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from kubernetes import client
 
-from conftest import REAL_CLUSTER_DIR, WORKERS, ansible_playbook
+from conftest import WORKERS, ansible_playbook, kubectl
 from support import REPO, get_raw, wait_for
 from test_in_cluster import DEADLINE, client_tls, filter_rejects, served_health, set_health
 
@@ -23,11 +22,6 @@ MANIFEST = REPO / "tests" / "incluster" / "their-adapter.yaml"
 ADAPTER = "tests/incluster/adapter.yml"
 NS, NAME, KEY = "monitoring", "prometheus-adapter", "config.yaml"
 BEGIN = "# BEGIN intel.tas rules"
-
-
-def kubectl(*args: str) -> None:
-    subprocess.run([str(REAL_CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(REAL_CLUSTER_DIR / "kubeconfig"),
-                    *args], check=True, capture_output=True, text=True)
 
 
 def theirs(api_client) -> dict[str, object]:

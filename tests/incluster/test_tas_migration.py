@@ -18,11 +18,10 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import subprocess
 import uuid
 
 import pytest
-from conftest import REAL_CLUSTER_DIR, WORKERS, ansible_playbook, node_path
+from conftest import WORKERS, ansible_playbook, kubectl, node_path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -53,11 +52,6 @@ TAS_USER = {"prometheus_adapter_deploy_mode": "existing",
             "prometheus_adapter_existing_rules": False}
 THEIR_PODS = {("kube-system", "k8s-app=node-exporter"), ("monitoring", "app=prometheus-server"),
               (ADAPTER_NS, "app=custom-metrics-apiserver")}
-
-
-def kubectl(*args: str) -> None:
-    subprocess.run([str(REAL_CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(REAL_CLUSTER_DIR / "kubeconfig"),
-                    *args], check=True, capture_output=True, text=True)
 
 
 def set_their_health(node: str, value: int) -> None:
