@@ -42,7 +42,7 @@ def machine() -> dict:
                                   if line.startswith("processor")]),
         "memory_gib": round(mem_kib / 1024 / 1024, 1), "python": sys.version.split()[0],
         "kernel": platform.release(),
-        **{package: version(package) for package in ("fastapi", "uvicorn", "httptools", "uvloop", "pysimdjson",
+        **{package: version(package) for package in ("fastapi", "uvicorn", "httptools", "uvloop", "msgspec",
                                                      "orjson")},
     }
 

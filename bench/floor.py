@@ -4,59 +4,27 @@ Filter passes every node it is sent and prioritize scores every node 0, over mut
 the same certificates as `tas-extender serve` in the throughput benchmark. The throughput of
 the scheduler calling it is the most any extender can reach on that cluster.
 
-Built with the Go toolchain on PATH (standard library only, so offline), once per source and
-Go version: the binary is cached under ~/.cache/tas-bench, named by a hash of both.
+Built by bench.gobuild (standard library only, so offline; cached per source and Go version).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import pathlib
-import shutil
 import subprocess
-import tempfile
 import time
 
 import httpx
 
-from bench import latency
+from bench import gobuild, latency
 from tests.support import free_port
 
 SOURCE = pathlib.Path(__file__).resolve().parent / "floor_extender"
-CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "tas-bench"
 STARTUP_SECONDS = 30
 
 
-def _go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("the floor extender needs the Go toolchain (go 1.26) on PATH")
-    return go
-
-
 def build() -> pathlib.Path:
-    """The floor extender's binary, built unless one of the same source and Go version exists."""
-    go = _go()
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-    version = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True,
-                             env=env).stdout.strip()
-    digest = hashlib.sha256(version.encode())
-    for path in sorted(SOURCE.rglob("*")):
-        if path.is_file():
-            digest.update(str(path.relative_to(SOURCE)).encode() + b"\0" + path.read_bytes())
-    binary = CACHE / f"floor-extender-{digest.hexdigest()[:16]}"
-    if binary.exists():
-        return binary
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        built = pathlib.Path(tmp) / "floor-extender"
-        result = subprocess.run([go, "build", "-trimpath", "-o", str(built), "."], cwd=SOURCE, env=env,
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"go build of {SOURCE} failed:\n{result.stderr}")
-        built.replace(binary)  # whole or not at all: a half-written binary is never found
-    return binary
+    """The floor extender's binary (bench.gobuild: built once per source and Go version)."""
+    return gobuild.binary(SOURCE, "floor-extender")
 
 
 class FloorServer:

@@ -2,9 +2,9 @@
 
 Starts the server as users start it (mutual TLS, a policy file, a metrics file with a value
 for every node), then sends filter and prioritize requests shaped like kube-scheduler 1.36's
-(full Node objects, or NodeNames) with httpx clients on keep-alive connections, sequentially
-(concurrency 1) and from 8 threads at once. Reports p50, p99, max, requests/s, server CPU time
-per request and the server's peak resident memory.
+(full Node objects, or NodeNames) from bench/load_client, a Go client as kube-scheduler is, on
+keep-alive connections, sequentially (concurrency 1) and from 8 callers at once. Reports p50,
+p99, max, requests/s, server CPU time per request and the server's peak resident memory.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -29,10 +28,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bench import gobuild
 from tests.support import free_port
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "scheduler-requests"
+LOAD_CLIENT = REPO / "bench" / "load_client"
 
 
 @dataclass
@@ -173,7 +174,7 @@ class Server:
     """`tas-extender serve` as a user starts it, with mutual TLS."""
 
     def __init__(self, certs: pathlib.Path, policies: pathlib.Path, metrics: pathlib.Path):
-        self.port = free_port()
+        self.port, self.certs = free_port(), certs
         exe = pathlib.Path(sys.executable).with_name("tas-extender")
         self.proc = subprocess.Popen(
             [str(exe), "serve", "--port", str(self.port), "--host", "127.0.0.1",
@@ -214,32 +215,21 @@ class Server:
 # --- load ---------------------------------------------------------------------------------
 
 def run_load(server: Server, verb: str, body: bytes, requests: int, concurrency: int) -> tuple[list[float], float]:
-    """Send `requests` requests from `concurrency` threads, one keep-alive client each."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    per_thread = max(1, requests // concurrency)
-    url = f"{server.url}/scheduler/{verb}"
-    headers = {"Content-Type": "application/json"}
-
-    def worker() -> None:
-        own = []
-        with server.client() as c:
-            c.post(url, content=body, headers=headers).raise_for_status()  # warm the connection
-            for _ in range(per_thread):
-                t0 = time.perf_counter()
-                r = c.post(url, content=body, headers=headers)
-                own.append(time.perf_counter() - t0)
-                r.raise_for_status()
-        with lock:
-            latencies.extend(own)
-
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return latencies, time.perf_counter() - start
+    """Send `requests` requests from `concurrency` callers, one keep-alive connection each, with
+    bench/load_client (Go, as kube-scheduler is): (each call's seconds, the run's wall seconds)."""
+    client = gobuild.binary(LOAD_CLIENT, "load-client")
+    with tempfile.NamedTemporaryFile(suffix=".json") as body_file:
+        body_file.write(body)
+        body_file.flush()
+        run = subprocess.run(
+            [str(client), "-url", f"{server.url}/scheduler/{verb}", "-body", body_file.name,
+             "-cert", str(server.certs / "client.crt"), "-key", str(server.certs / "client.key"),
+             "-cacert", str(server.certs / "ca.crt"), "-concurrency", str(concurrency), "-requests", str(requests)],
+            capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"load-client failed: {run.stderr.strip()}")
+    result = json.loads(run.stdout)
+    return result["latencies_seconds"], result["wall_seconds"]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -354,7 +354,8 @@ def _server_settings(args: argparse.Namespace, port: int, max_connections: int) 
     # less time per call.
     return {"host": args.host, "port": port, "log_level": args.log_level, "loop": "uvloop", "ws": "none",
             "http": with_deadlines(args.header_timeout, args.body_timeout),
-            "limit_concurrency": max_connections, "timeout_keep_alive": 60}
+            "limit_concurrency": max_connections, "timeout_keep_alive": 60,
+            "proxy_headers": False}  # no proxy in front: mutual TLS ends here
 
 
 def _run_servers(args: argparse.Namespace, app: FastAPI, health_app: FastAPI | None,

@@ -52,7 +52,7 @@ def test_the_pod_metadata_is_plain_python():
 
 @pytest.mark.parametrize(("raw", "message"), [
     (b"\xff\xfe{}", "not valid JSON"),
-    (b"[" * 2000 + b"]" * 2000, "not valid JSON"),
+    (b'{"Pod": {}, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}", "not valid JSON"),
     (b"", "not valid JSON"),
     (b'{"Pod": {"metadata": null}, "NodeNames": []}', "Pod must be an object"),
     (b'{"Pod": {}, "Nodes": {"items": {}}}', "metadata.name"),

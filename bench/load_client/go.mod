@@ -1,0 +1,3 @@
+module loadclient
+
+go 1.26
