@@ -15,7 +15,12 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 )
+
+// filterCalls counts the filter calls answered, for GET /metrics: the benchmark checks that the
+// scheduler asked the extender about every pod of a run.
+var filterCalls atomic.Int64
 
 // args is the part of the scheduler's ExtenderArgs an extender must read to answer: the
 // candidate names (nodeCacheCapable) or the Node objects, which filter hands back unread.
@@ -79,6 +84,7 @@ func filter(w http.ResponseWriter, r *http.Request) {
 		nodes = json.RawMessage("null")
 	}
 	reply(w, filterResult{Nodes: nodes, NodeNames: a.NodeNames, FailedNodes: map[string]string{}})
+	filterCalls.Add(1)
 }
 
 func prioritize(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +153,9 @@ func main() {
 	mux.HandleFunc("POST /scheduler/filter", filter)
 	mux.HandleFunc("POST /scheduler/prioritize", prioritize)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { reply(w, map[string]string{"status": "ready"}) })
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "floor_extender_requests_total{verb=\"filter\"} %d\n", filterCalls.Load())
+	})
 	server := &http.Server{Addr: net.JoinHostPort(*host, strconv.Itoa(*port)), Handler: mux, TLSConfig: config}
 	log.Fatal(server.ListenAndServeTLS("", ""))
 }
