@@ -22,14 +22,21 @@ import time
 
 from bench import latency, throughput
 
-# Where a py-spy stack (outermost first) is spending its sample, by the first match.
+# Where a py-spy stack (outermost first) is spending its sample, by the first match; the stacks
+# whose innermost frame waits (the event loop in C, a thread on its event) are counted apart.
 BUCKETS = [
-    ("filter handler", re.compile(r"filter_nodes \(tas_extender")),
-    ("prioritize handler", re.compile(r"prioritize \(tas_extender")),
+    ("filter decision (Decider.filter)", re.compile(r"Decider\.filter \(")),
+    ("prioritize decision (Decider.prioritize)", re.compile(r"Decider\.prioritize \(")),
+    ("request decoding (wire.parse)", re.compile(r"\bparse \(tas_extender/wire")),
+    ("sync loop (metrics file, engine rebuild)", re.compile(r"SyncLoop\.")),
     ("TLS (ssl module)", re.compile(r"\(ssl\.py|sslproto\.py")),
     ("HTTP parsing and writing (uvicorn, httptools)", re.compile(r"uvicorn/protocols")),
+    ("reading and answering the verbs (api.Verbs)", re.compile(r"Verbs\.")),
     ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),
-    ("sync loop (metrics file, engine rebuild)", re.compile(r"sync_loop \(tas_extender")),
+]
+WAITING = [
+    ("event loop in C (uvloop: waiting, socket and TLS I/O)", re.compile(r"^Runner\.run \(")),
+    ("threads waiting (sync period, certificate checks)", re.compile(r"^(Condition|Event)\.wait \(")),
 ]
 
 
@@ -58,7 +65,9 @@ def summarise_stacks(raw: pathlib.Path) -> dict[str, float]:
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
-        bucket = next((name for name, pattern in BUCKETS if pattern.search(stack)), "other")
+        innermost = stack.rpartition(";")[2]
+        bucket = next((name for name, pattern in WAITING if pattern.search(innermost)), None) or next(
+            (name for name, pattern in BUCKETS if pattern.search(stack)), "other")
         counts[bucket] += int(n)
     total = sum(counts.values()) or 1
     return {name: round(100 * n / total, 1) for name, n in counts.most_common()}
