@@ -56,6 +56,8 @@ def run_latency(quick: bool) -> list[dict]:
     for policies in (10, 100):
         samples += latency.measure(1000, policies, ["node-names"], [1], requests)
     samples += latency.measure(5000, 100, ["node-names"], [1], requests)
+    # The collection's default log level, where each filter call logs TAS's lines.
+    samples += latency.measure(1000, 1, ["node-names"], [1], requests, log_level="info")
     # The request Intel TAS was measured with: 421 full Node objects, and 3 nodes.
     for nodes in (3, 421):
         samples += latency.measure(nodes, 1, ["full-nodes", "node-names"], [1], requests)

@@ -51,6 +51,7 @@ class Sample:
     requests_per_second: float
     server_cpu_ms_per_request: float
     server_peak_rss_mib: float
+    log_level: str = "warning"
 
 
 # --- certificates -------------------------------------------------------------------------
@@ -173,14 +174,14 @@ def memory_mib(pid: int, field: str) -> float:
 class Server:
     """`tas-extender serve` as a user starts it, with mutual TLS."""
 
-    def __init__(self, certs: pathlib.Path, policies: pathlib.Path, metrics: pathlib.Path):
+    def __init__(self, certs: pathlib.Path, policies: pathlib.Path, metrics: pathlib.Path, log_level: str = "warning"):
         self.port, self.certs = free_port(), certs
         exe = pathlib.Path(sys.executable).with_name("tas-extender")
         self.proc = subprocess.Popen(
             [str(exe), "serve", "--port", str(self.port), "--host", "127.0.0.1",
              "--cert", str(certs / "server.crt"), "--key", str(certs / "server.key"),
              "--cacert", str(certs / "ca.crt"), "--policy-file", str(policies),
-             "--metrics-file", str(metrics), "--log-level", "warning"],
+             "--metrics-file", str(metrics), "--log-level", log_level],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.tls = client_context(certs)
         self.url = f"https://127.0.0.1:{self.port}"
@@ -237,7 +238,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int],
-            requests: dict[str, int]) -> list[Sample]:
+            requests: dict[str, int], log_level: str = "warning") -> list[Sample]:
+    """`log_level` warning keeps the extender's log lines out of the figures; info is the
+    collection's default, where each filter call logs TAS's lines (the nodes that passed and up
+    to 20 violating ones)."""
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory() as tmp:
         d = pathlib.Path(tmp)
@@ -245,7 +249,7 @@ def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int
         names = node_names(nodes)
         write_policies(d / "policies.yaml", policies)
         write_metrics(d / "metrics.prom", names)
-        server = Server(d, d / "policies.yaml", d / "metrics.prom")
+        server = Server(d, d / "policies.yaml", d / "metrics.prom", log_level)
         try:
             for mode in modes:
                 body = request_body(mode, names)
@@ -264,7 +268,7 @@ def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int
                             requests_per_second=round(len(lat) / wall, 1),
                             # The warm-up requests are in the CPU time too; the error is 1/n.
                             server_cpu_ms_per_request=round(cpu / (len(lat) + concurrency) * 1000, 3),
-                            server_peak_rss_mib=round(server.peak_rss_mib(), 1)))
+                            server_peak_rss_mib=round(server.peak_rss_mib(), 1), log_level=log_level))
                         print(json.dumps(asdict(samples[-1])), flush=True)
         finally:
             server.stop()
