@@ -4,6 +4,7 @@ Go toolchain on PATH once per source and Go version: each binary is cached under
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
@@ -14,6 +15,7 @@ import tempfile
 CACHE = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "tas-bench"
 
 
+@functools.cache  # once per run: the latency stage asks for the load client before every sample
 def binary(source: pathlib.Path, name: str) -> pathlib.Path:
     """The program in `source` built as `name`, unless one of the same source and Go version exists."""
     go = shutil.which("go")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from types import SimpleNamespace
 
 from conftest import AsgiClient
 
@@ -62,9 +63,8 @@ def _scope(length: int) -> dict:
 
 
 def test_large_bodies_are_answered_one_at_a_time_and_small_ones_do_not_wait(monkeypatch):
-    verbs = Verbs.__new__(Verbs)
-    verbs.telemetry, verbs.limit, verbs._one_large = Telemetry(), 1 << 30, asyncio.Lock()
-    verbs.answers = {"/scheduler/prioritize": ("prioritize", lambda args: b"[]")}
+    decider = SimpleNamespace(filter=lambda args: b"{}", prioritize=lambda args: b"[]")
+    verbs = Verbs(decider, Telemetry(), limit=1 << 30)
     large, small = _Recorder(), _Recorder()
     order: list[str] = []
     monkeypatch.setattr(api.wire, "parse", lambda body: body)
