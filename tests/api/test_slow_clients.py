@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tas_extender.cli import HEALTH_MAX_CONNECTIONS
+from tas_extender.cli.serve import HEALTH_MAX_CONNECTIONS
 
 CLOSE_WITHIN = 30  # seconds a slow connection may stay open before the test calls it never closed
 DRIBBLE_EVERY = 0.2  # seconds between a slow client's bytes

@@ -10,7 +10,8 @@ import sys
 import pytest
 import yaml
 
-from tas_extender.cli import MAX_CONNECTIONS, _parser, _server_settings, duration
+from tas_extender.cli import duration, parser
+from tas_extender.cli.serve import MAX_CONNECTIONS, ServeSettings, server_settings
 from tas_extender.duration import parse_duration
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
@@ -107,18 +108,27 @@ SERVE = ["serve", "--unsafe"]
     (["--header-timeout", "3s", "--body-timeout", "500ms", "--max-connections", "20"], 3.0, 0.5, 20),
 ])
 def test_slow_client_deadlines_and_the_connection_cap_reach_uvicorn(flags, header, body, connections):
-    args = _parser().parse_args([*SERVE, *flags])
-    settings = _server_settings(args, args.port, args.max_connections)
-    assert (settings["http"].header_timeout, settings["http"].body_timeout) == (header, body)
-    assert settings["limit_concurrency"] == connections
-    assert settings["timeout_keep_alive"] > header  # a kept-alive connection outlives the head's deadline
+    settings = ServeSettings.from_args(parser().parse_args([*SERVE, *flags]))
+    options = server_settings(settings, settings.port, settings.max_connections)
+    assert (options["http"].header_timeout, options["http"].body_timeout) == (header, body)
+    assert options["limit_concurrency"] == connections
+    assert options["timeout_keep_alive"] > header  # a kept-alive connection outlives the head's deadline
+
+
+def test_every_serve_flag_is_a_setting_and_every_setting_a_flag():
+    """ServeSettings takes each field from the parsed flag of the same `dest`: a flag without a
+    field would be parsed and then ignored."""
+    import dataclasses
+
+    flags = set(vars(parser().parse_args(["serve"]))) - {"command", "run"}
+    assert flags == {field.name for field in dataclasses.fields(ServeSettings)}
 
 
 @pytest.mark.parametrize("flags", [["--max-connections", "0"], ["--max-connections", "many"],
                                    ["--header-timeout", "0s"], ["--body-timeout", "-1"]])
 def test_bad_deadlines_and_caps_are_refused(flags, capsys):
     with pytest.raises(SystemExit):
-        _parser().parse_args([*SERVE, *flags])
+        parser().parse_args([*SERVE, *flags])
     assert flags[0] in capsys.readouterr().err
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from tas_extender.cli import main
+
+sys.exit(main())
