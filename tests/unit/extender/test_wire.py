@@ -27,9 +27,10 @@ def _full_nodes_request(list_fields: dict) -> dict:
                          ids=["no list fields", "empty metadata", "apiVersion kind and metadata"])
 @pytest.mark.parametrize("failed", [{}, {"node-2": "r"}, {"node-1": "a", "node-2": "b", "node-3": "c"}],
                          ids=["none failed", "one failed", "all failed"])
-def test_the_passing_nodes_and_the_list_fields_come_back_as_sent(list_fields, failed):
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")], ids=["compact, as Go writes", "spaced"])
+def test_the_passing_nodes_and_the_list_fields_come_back_as_sent(list_fields, failed, separators):
     sent = _full_nodes_request(list_fields)
-    args = wire.parse(json.dumps(sent).encode())
+    args = wire.parse(json.dumps(sent, separators=separators).encode())
     assert args.names == ["node-1", "node-2", "node-3"]
     result = json.loads(wire.filter_result(args, failed))
     assert result["Nodes"] == {**list_fields, "items": [n for n in sent["Nodes"]["items"]
@@ -50,8 +51,21 @@ def test_the_pod_metadata_is_plain_python():
     assert isinstance(args.pod, dict) and args.pod["labels"]["telemetry-policy"] == "demo-policy"
 
 
+@pytest.mark.parametrize("item", [
+    '{"metadata":{"name":"node-\\"1"}}', '{"metadata":{"name":"node-\\u0031"}}', '{"metadata":{"uid":"u","name":"node-1"}}',
+    '{"metadata":{"name":"' + "n" * 300 + '"}}', '{"metadata": {"name": "node-1"}}',
+], ids=["escaped quote", "escaped digit", "name not first", "longer than a node name", "spaced"])
+def test_a_node_name_not_written_as_go_writes_it_is_read_whole(item):
+    args = wire.parse(b'{"Pod":{"metadata":{}},"Nodes":{"items":[' + item.encode() + b"]}}")
+    assert args.names == [json.loads(item)["metadata"]["name"]]
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     (b"\xff\xfe{}", "not valid JSON"),
+    (b'{"Pod": {"metadata": {"name": "\xff"}}, "NodeNames": []}', "not UTF-8"),
+    (b'{"Pod": {}, "NodeNames": ["\xff"]}', "not UTF-8"),
+    (b'{"Pod": {}, "Nodes": {"items": [{"metadata":{"name":"\xff"}}]}}', "metadata.name"),
+    (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {"name": "\xff"}}]}}', "metadata.name"),
     (b'{"Pod": {}, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}", "not valid JSON"),
     (b"", "not valid JSON"),
     (b'{"Pod": {"metadata": null}, "NodeNames": []}', "Pod must be an object"),
@@ -60,7 +74,8 @@ def test_the_pod_metadata_is_plain_python():
     (b'{"Pod": {}, "Nodes": []}', "metadata.name"),
     (b'{"Pod": {}, "NodeNames": "node-1"}', "list of strings"),
     (b'{"Pod": {}, "NodeNames": [["node-1"]]}', "list of strings"),
-], ids=["not UTF-8", "nested past 1024", "empty", "null metadata", "items not a list", "name not a string",
+], ids=["not UTF-8", "pod name not UTF-8", "node name not UTF-8", "item name not UTF-8",
+        "spaced item name not UTF-8", "nested past 1024", "empty", "null metadata", "items not a list", "name not a string",
         "Nodes not an object", "NodeNames a string", "NodeNames nested"])
 def test_unusable_args_are_refused_with_what_is_wrong(raw, message):
     with pytest.raises(wire.BadRequest) as refused:
