@@ -22,6 +22,14 @@ def _real():
     return module
 
 
+def admin_host(real_vars: dict) -> dict:
+    """This machine, the cluster's admin host, let in by the extender's NetworkPolicy, as
+    inventory/real's group_vars do: the tests ask each extender replica directly."""
+    if "real_cluster_admin_address" not in real_vars:
+        return {}
+    return {"extender_network_policy_extra_from": [{"ipBlock": {"cidr": f"{real_vars['real_cluster_admin_address']}/32"}}]}
+
+
 def inventory() -> dict:
     example = yaml.safe_load((HERE.parent / "managed-example.yml").read_text())["all"]
     real = _real()
@@ -31,7 +39,7 @@ def inventory() -> dict:
                                                                "_meta": {"hostvars": {}}}
     groups = example["children"]
     return {
-        "all": {"vars": example["vars"], "children": list(groups)},
+        "all": {"vars": {**example["vars"], **admin_host(workers["all"]["vars"])}, "children": list(groups)},
         "control_plane": {"hosts": list(groups["control_plane"]["hosts"])},
         # the real cluster's way in (SSH as its admin user, its keys) instead of the example's
         "tas_nodes": {"hosts": workers["tas_nodes"]["hosts"], "vars": workers["all"]["vars"]},

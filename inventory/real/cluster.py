@@ -37,6 +37,8 @@ def inventory(description: dict) -> dict:
                 # the nodes' host keys are pinned in known_hosts: check them
                 "ansible_host_key_checking": True,
                 "ansible_python_interpreter": "/usr/bin/python3",
+                # this machine's address on the nodes' LAN (the API endpoint's), for group_vars/
+                "real_cluster_admin_address": description["api_endpoint"].rsplit(":", 1)[0],
             },
             "children": ["control_plane", "tas_nodes"],
         },

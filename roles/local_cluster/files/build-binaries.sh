@@ -142,6 +142,12 @@ build_descheduler() {
     "-X sigs.k8s.io/descheduler/pkg/version.version=$DESCHEDULER_VERSION"
 }
 
+# A NetworkPolicy enforcer for the real-node cluster, whose bridge CNI enforces none.
+build_kube-network-policies() {
+  build_from_module kube-network-policies sigs.k8s.io/kube-network-policies "${KUBE_NETWORK_POLICIES_VERSION:?}" \
+    sigs.k8s.io/kube-network-policies/cmd ""
+}
+
 build_prometheus-adapter() {
   build_from_module prometheus-adapter sigs.k8s.io/prometheus-adapter "${PROMETHEUS_ADAPTER_VERSION:?}" \
     sigs.k8s.io/prometheus-adapter/cmd/adapter \
