@@ -80,8 +80,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for(condition: Callable[[], object], timeout: float, message: str, interval: float = 0.5):
-    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+def wait_for(condition: Callable[[], object], timeout: float, message: str | Callable[[], str],
+             interval: float = 0.5):
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds.
+
+    `message` says what was awaited; a callable is asked only on failure, so it can tell what the
+    cluster showed last (the scores, the annotations) beside it.
+    """
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -93,7 +98,7 @@ def wait_for(condition: Callable[[], object], timeout: float, message: str, inte
             last_error = error
         time.sleep(interval)
     detail = f" (last error: {last_error})" if last_error else ""
-    pytest.fail(f"timed out after {timeout:.0f}s: {message}{detail}")
+    pytest.fail(f"timed out after {timeout:.0f}s: {message() if callable(message) else message}{detail}")
 
 
 def record_figure(line: str) -> None:

@@ -170,10 +170,18 @@ def test_a_new_pod_goes_to_the_idle_node(api_client, migrated):
     # after site.yml the idle node has taken most of the new pods, and with a hot point or two its
     # lead over node-2 is small enough for kube-scheduler's own scores to undo. A new pod goes
     # to the idle node once that burst has passed: node-3 (90) a full 4 above node-2 (50).
+    last: list[list[dict[str, int]]] = [[]]
+
     def settled() -> bool:
-        answers = prioritize_answers(core, client_tls())
+        last[0] = answers = prioritize_answers(core, client_tls())
         return bool(answers) and all(a["node-3"] - a["node-2"] >= 4 for a in answers)
-    wait_for(settled, DEADLINE * 2, "every extender replica scoring node-3 4 above node-2 (no hot point left)")
+
+    def seen() -> str:
+        loads = {n: {k: v for k, v in a.items() if k.startswith(("cpu_", "mem_", "node_hot"))}
+                 for n, a in annotations(core).items()}
+        return (f"every extender replica scoring node-3 4 above node-2 (no hot point left); "
+                f"last scores {last[0]}, annotations {loads}")
+    wait_for(settled, DEADLINE * 2, seen)
     assert placed_probe(core) == "node-3"
 
 
