@@ -6,10 +6,15 @@ the node's hot value as `node_hot_value: "<points>,<UTC time>Z"`, so crane's sch
 them too. The keys written are listed in MANAGED_KEY so that turning the mode off removes
 exactly them. Only the leader annotates.
 
-Unlike crane, a metric that Prometheus could not be asked for, or that has no series for any node
-(a recording rule not yet evaluated after an install or a Prometheus restart), is asked again
-within RETRY seconds rather than after its whole period (3 min for the 5-minute averages), so that
-nodes do not go unannotated for that long.
+A metric that Prometheus could not be asked for, or that lacks a series for a node that has series
+of other load metrics (a recording rule not yet evaluated after an install or a Prometheus
+restart, or evaluated while one node's exporter had a single scrape), is asked again within RETRY
+seconds rather than after its whole period (3 min for the 5-minute averages, 3 h for crane's
+1-day maximum): a priority metric without data counts as no headroom, so such a node would score
+far below its load for that long. crane's annotator does much the same, asking per node and
+metric and retrying one without data after 10 s, doubling up to 6 min. Nodes that never had a
+series of any load metric (not scraped, as control planes often are) are not waited for; crane
+keeps asking for them every 6 min.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Annotator:
         self.policy, self.source, self.nodes, self.patch, self.clock = policy, source, nodes, patch, clock
         self.hot_value = hot_value
         self._next: dict[str, float] = dict.fromkeys(policy.sync, 0.0)  # metric -> when it is due
+        self._measured: set[str] = set()  # nodes that have had a series of some load metric
 
     def sync(self) -> int:
         """Query the metrics that are due and annotate the nodes; returns the patches sent."""
@@ -65,13 +71,21 @@ class Annotator:
             for metric in due:
                 self._next[metric] = now + min(self.policy.sync[metric], RETRY)
             return 0
+        nodes = self.nodes()
+        self._measured = {n for n in self._measured if n in nodes}  # a deleted node is not waited for
+        self._measured.update(n for by_node in fetched.values() for n in by_node)
         for metric in due:
             period = self.policy.sync[metric]
-            self._next[metric] = now + (period if fetched.get(metric) else min(period, RETRY))
+            lacking = self._measured - set(fetched.get(metric, {}))
+            complete = bool(fetched.get(metric)) and not lacking
+            if fetched.get(metric) and lacking:
+                log.debug("load annotator: %s has no series for %s yet; asking again in %gs",
+                          metric, ", ".join(sorted(lacking)), min(period, RETRY))
+            self._next[metric] = now + (period if complete else min(period, RETRY))
         stamp = datetime.datetime.fromtimestamp(now, datetime.UTC)
         managed = ",".join([*sorted(self.policy.sync), *([HOT_VALUE_KEY] if self.hot_value else [])])
         sent = 0
-        for node in self.nodes():
+        for node in nodes:
             # crane writes 0 for a negative or NaN value, which makes a broken node look idle;
             # here such a value is not written and the old one ages out.
             values = {m: format_value(by_node[node].value / 100.0, stamp)

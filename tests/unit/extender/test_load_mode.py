@@ -139,14 +139,38 @@ def test_the_annotator_writes_cranes_format_on_each_metrics_own_period_and_lists
     clock[0] = NOW + 10
     annotator.sync()
     assert source.asked[1] == sorted(set(DEFAULT_POLICY.sync) - {"cpu_usage_avg_5m", "mem_usage_avg_5m"})
+    # ... and again while a node that has other load metrics lacks them (evaluated while its
+    # exporter had one scrape): it would otherwise go without them for 1 h or 3 h
     source.table.update({m: {"node-1": 1.0} for m in DEFAULT_POLICY.sync if m not in source.table})
     clock[0] = NOW + 20
     annotator.sync()
-    assert len(source.asked[2]) == 4 and len(source.asked) == 3
+    assert len(source.asked[2]) == 4
+    clock[0] = NOW + 30
+    annotator.sync()
+    assert len(source.asked[3]) == 4
+    for metric in source.asked[3]:
+        source.table[metric]["node-2"] = 2.0
+    clock[0] = NOW + 40
+    annotator.sync()
+    assert len(source.asked[4]) == 4 and len(source.asked) == 5
 
     clock[0] = NOW + 180  # the avg_5m metrics (3 min) are due again, the 1 h and 1 d ones are not
     annotator.sync()
-    assert source.asked[3] == ["cpu_usage_avg_5m", "mem_usage_avg_5m"]
+    assert source.asked[5] == ["cpu_usage_avg_5m", "mem_usage_avg_5m"]
+
+
+def test_a_node_that_never_had_a_load_series_is_not_waited_for():
+    """A control plane nobody scrapes: the metrics the workers have are complete without it."""
+    from tas_extender.load.annotator import Annotator
+
+    clock = [NOW]
+    source = FakeSource({m: {"node-1": 10.0} for m in DEFAULT_POLICY.sync})
+    annotator = Annotator(DEFAULT_POLICY, source, lambda: {"node-1": {}, "control-plane": {}},
+                          lambda node, body: None, clock=lambda: clock[0])
+    annotator.sync()
+    clock[0] = NOW + 60
+    annotator.sync()
+    assert len(source.asked) == 1
 
 
 def test_turning_the_mode_off_removes_exactly_the_annotations_it_wrote():
