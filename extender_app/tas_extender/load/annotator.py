@@ -72,16 +72,16 @@ class Annotator:
                 self._next[metric] = now + min(self.policy.sync[metric], RETRY)
             return 0
         nodes = self.nodes()
-        self._measured = {n for n in self._measured if n in nodes}  # a deleted node is not waited for
+        self._measured &= nodes.keys()  # a deleted node is not waited for
         self._measured.update(n for by_node in fetched.values() for n in by_node)
         for metric in due:
             period = self.policy.sync[metric]
-            lacking = self._measured - set(fetched.get(metric, {}))
-            complete = bool(fetched.get(metric)) and not lacking
-            if fetched.get(metric) and lacking:
+            have = fetched.get(metric) or {}
+            lacking = self._measured - have.keys()
+            if have and lacking:
                 log.debug("load annotator: %s has no series for %s yet; asking again in %gs",
                           metric, ", ".join(sorted(lacking)), min(period, RETRY))
-            self._next[metric] = now + (period if complete else min(period, RETRY))
+            self._next[metric] = now + (period if have and not lacking else min(period, RETRY))
         stamp = datetime.datetime.fromtimestamp(now, datetime.UTC)
         managed = ",".join([*sorted(self.policy.sync), *([HOT_VALUE_KEY] if self.hot_value else [])])
         sent = 0
