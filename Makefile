@@ -109,10 +109,20 @@ export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
 # ... and its slowest tests here, for finding where the time goes
 export TAS_TEST_DURATIONS := $(CURDIR)/build/test-durations.txt
 
+TEST_STAGES := unit lint integration molecule realnode
+
+# Each stage in turn, its time appended to the durations file ("make <stage>: N s, exit R"),
+# which is printed last with the slowest tests, then the failures.
 test: ## Everything CI runs
-	@rm -f $(TAS_TEST_FAILURES) $(TAS_TEST_DURATIONS)
-	@$(MAKE) --no-print-directory unit lint integration molecule realnode || { \
-	  echo "make test failed"; [ ! -s $(TAS_TEST_FAILURES) ] || cat $(TAS_TEST_FAILURES); exit 2; }
+	@rm -f $(TAS_TEST_FAILURES) $(TAS_TEST_DURATIONS); mkdir -p $(dir $(TAS_TEST_DURATIONS)); failed=; \
+	for stage in $(TEST_STAGES); do \
+	  start=$$(date +%s); rc=0; $(MAKE) --no-print-directory $$stage || rc=$$?; \
+	  echo "make $$stage: $$(( $$(date +%s) - start )) s, exit $$rc" | tee -a $(TAS_TEST_DURATIONS); \
+	  if [ $$rc != 0 ]; then failed=$$stage; break; fi; \
+	done; \
+	echo "--- where the time went ($(TAS_TEST_DURATIONS))"; cat $(TAS_TEST_DURATIONS); \
+	if [ -n "$$failed" ]; then echo "make test failed at make $$failed"; \
+	  [ ! -s $(TAS_TEST_FAILURES) ] || cat $(TAS_TEST_FAILURES); exit 2; fi
 
 bench: $(VENV)/.bench-installed ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench

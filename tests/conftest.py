@@ -74,6 +74,8 @@ def record_durations(terminalreporter, config, slowest: int = 12) -> None:
     if not seconds:
         return
     lines = [f"pytest {' '.join(config.invocation_params.args)}: {sum(seconds.values()):.0f} s in {len(seconds)} tests"]
-    for nodeid, spent in sorted(seconds.items(), key=lambda item: -item[1])[:slowest]:
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])
+    # the slowest few, and every test over 5 s: where a long run's time went
+    for nodeid, spent in ranked[:slowest] + [item for item in ranked[slowest:] if item[1] > 5]:
         lines.append(f"  {spent:7.1f} s  {nodeid}")
     append_lines(path, lines)
