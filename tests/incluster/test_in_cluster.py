@@ -366,29 +366,34 @@ def demo_deployment(name: str, replicas: int) -> client.V1Deployment:
                                      template=client.V1PodTemplateSpec(metadata=template.metadata, spec=template.spec)))
 
 
-def descheduler_evictions(core: client.CoreV1Api, since: datetime.datetime,
-                          seen: dict[str, tuple[datetime.datetime, int]],
-                          logs: dict[str, str] | None = None) -> dict[str, tuple[datetime.datetime, int]]:
-    """(start, evictions) of each finished descheduler run whose pod was created after `since`,
-    by pod, the count from the run's own log; `seen` keeps runs whose Job history is gone, and
-    `logs` their logs, read once: the CronJob deletes a finished run's pod when a newer one
-    finishes (its history limit), so a log read again later may be gone (404)."""
-    for pod in core.list_namespaced_pod("kube-system", label_selector="batch.kubernetes.io/job-name").items:
-        if (not pod.metadata.name.startswith("tas-descheduler-") or pod.metadata.name in seen
-                or pod.metadata.creation_timestamp <= since or pod.status.phase != "Succeeded"):
-            continue
-        log = core.read_namespaced_pod_log(pod.metadata.name, "kube-system")
-        counted = re.search(r"totalEvicted=(\d+)", log)
-        assert counted, f"{pod.metadata.name} finished without its count of evictions:\n{log[-2000:]}"
-        seen[pod.metadata.name] = (pod.metadata.creation_timestamp, int(counted.group(1)))
-        if logs is not None:
-            logs[pod.metadata.name] = log
-    return seen
+def descheduler_run_now(core: client.CoreV1Api, batch: client.BatchV1Api) -> tuple[str, int, str]:
+    """One descheduler run started now, as `kubectl create job --from=cronjob/tas-descheduler` starts
+    one: a Job from the CronJob's template, owned by it (so that its history limit removes it as
+    its own runs). Waits until the run's pod has finished; its name, its count of evictions and
+    its log. Call it with the schedule paused (descheduler_paused), so that no run of the
+    CronJob's own interleaves."""
+    cronjob = batch.read_namespaced_cron_job("tas-descheduler", "kube-system")
+    name = f"tas-descheduler-now-{uuid.uuid4().hex[:6]}"
+    owner = client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=cronjob.metadata.name,
+                                    uid=cronjob.metadata.uid, controller=True)
+    batch.create_namespaced_job("kube-system", client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, owner_references=[owner]), spec=cronjob.spec.job_template.spec))
+
+    def finished() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod("kube-system", label_selector=f"batch.kubernetes.io/job-name={name}").items
+        done = [p for p in pods if p.status.phase in ("Succeeded", "Failed")]
+        return done[0] if done else None
+
+    pod = wait_for(finished, DEADLINE * 2, f"the descheduler run {name} to finish")
+    log = core.read_namespaced_pod_log(pod.metadata.name, "kube-system")
+    counted = re.search(r"totalEvicted=(\d+)", log)
+    assert pod.status.phase == "Succeeded" and counted, \
+        f"{pod.metadata.name} {pod.status.phase}, without its count of evictions:\n{log[-2000:]}"
+    return pod.metadata.name, int(counted.group(1)), log
 
 
-def eviction_lines(core: client.CoreV1Api, run: str) -> list[str]:
+def eviction_lines(log: str) -> list[str]:
     """What a descheduler run logged about evicting, for a failure's message."""
-    log = core.read_namespaced_pod_log(run, "kube-system")
     return [line[-300:] for line in log.splitlines() if re.search(r"[Ee]vict|fit|error|limit", line)][-30:]
 
 
@@ -445,13 +450,6 @@ def descheduler_paused(batch: client.BatchV1Api) -> Iterator[None]:
         suspend(False)
 
 
-def make_node_1_violate_between_runs(core: client.CoreV1Api, batch: client.BatchV1Api) -> datetime.datetime:
-    """node-1 labelled violating between two descheduler runs; the time the CronJob was resumed."""
-    with descheduler_paused(batch):
-        make_node_1_violate(core)
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
 def busiest_run_counts(core: client.CoreV1Api) -> set[float]:
     """The most pods one descheduler run evicted from one node, as each extender replica counts them."""
     return set(replica_values(core, client_tls(), "tas_extender_descheduler_busiest_run_evictions"))
@@ -478,29 +476,36 @@ def test_the_descheduler_evicts_no_more_than_its_cap_per_node_in_one_run(api_cli
     assert caps == (5, 10, 20)
     cap = caps[0]
     name = f"crowd-{uuid.uuid4().hex[:6]}"
-    crowd_node_1(core, apps, name, cap + 3)
-    try:
-        resumed = make_node_1_violate_between_runs(core, batch)
-        runs: dict[str, tuple[datetime.datetime, int]] = {}
-        wait_for(lambda: descheduler_evictions(core, resumed, runs), DEADLINE, "a descheduler run after the label")
-        # more than `cap` pods violate on node-1 (ours and the demo's): the first run stops at the cap
-        first = min(runs, key=lambda run: runs[run][0])
-        assert runs[first][1] == cap, (runs, [p.metadata.name for p in on_node_1(core, name)], eviction_lines(core, first))
-        # Every extender replica counts the evictions by run and node as the Events say. The
-        # descheduler writes each Event in the background and does not wait for them when its
-        # CronJob's process exits (client-go's events broadcaster), so a run's last Events can be
-        # lost: the count is what arrived, at most the cap; the alert follows when that is the cap.
-        counted = wait_for(lambda: (truth := busiest_run_in_events(core)) >= 1 and busiest_run_counts(core) == {truth}
-                           and truth, DEADLINE, "every extender replica to count the evictions the Events show")
-        assert counted <= cap, counted
-        if counted == cap:
-            wait_for(lambda: active_alerts(core, "TASDeschedulerAtEvictionCap"), DEADLINE,
-                     "TASDeschedulerAtEvictionCap pending or firing")
-        wait_for(lambda: not on_node_1(core, name), DEADLINE * 2,
-                 f"the later runs to move the rest of {name} off node-1")
-        assert max(count for _, count in descheduler_evictions(core, resumed, runs).values()) <= cap, runs
-    finally:
-        apps.delete_namespaced_deployment(name, DEMO_NS)
+    # the runs are the test's own, one at a time: the CronJob's schedule is paused throughout
+    with descheduler_paused(batch):
+        crowd_node_1(core, apps, name, cap + 3)
+        try:
+            make_node_1_violate(core)
+            # more than `cap` pods violate on node-1 (ours and the demo's): the first run stops at the cap
+            _, evicted, log = descheduler_run_now(core, batch)
+            assert evicted == cap, (evicted, [p.metadata.name for p in on_node_1(core, name)], eviction_lines(log))
+            # Every extender replica counts the evictions by run and node as the Events say. The
+            # descheduler writes each Event in the background and does not wait for them when its
+            # CronJob's process exits (client-go's events broadcaster), so a run's last Events can be
+            # lost: the count is what arrived, at most the cap; the alert follows when that is the cap.
+            counted = wait_for(lambda: (truth := busiest_run_in_events(core)) >= 1 and busiest_run_counts(core) == {truth}
+                               and truth, DEADLINE, "every extender replica to count the evictions the Events show")
+            assert counted <= cap, counted
+            if counted == cap:
+                wait_for(lambda: active_alerts(core, "TASDeschedulerAtEvictionCap"), DEADLINE,
+                         "TASDeschedulerAtEvictionCap pending or firing")
+            # each later run moves no more than the cap, until the rest of the crowd is off node-1
+            later = []
+            for _ in range(5):
+                if not on_node_1(core, name):
+                    break
+                _, evicted, log = descheduler_run_now(core, batch)
+                assert evicted <= cap, (later, evicted, eviction_lines(log))
+                later.append(evicted)
+            assert not on_node_1(core, name), (f"{name} still on node-1 after runs evicting {later}",
+                                               eviction_lines(log))
+        finally:
+            apps.delete_namespaced_deployment(name, DEMO_NS)
 
 
 def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, healthy_nodes_after):
@@ -520,18 +525,13 @@ def test_a_dry_run_evicts_nothing_and_names_only_pods_it_may_evict(api_client, h
     try:
         cronjob = batch.read_namespaced_cron_job("tas-descheduler", "kube-system")
         assert cronjob.spec.job_template.spec.template.spec.containers[0].command[-1] == "--dry-run"
-        crowd_node_1(core, apps, name, cap + 3)
-        before = {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)}
-        resumed = make_node_1_violate_between_runs(core, batch)
-        runs: dict[str, tuple[datetime.datetime, int]] = {}
-        logs: dict[str, str] = {}
-
-        def two_runs() -> bool:
-            return len(descheduler_evictions(core, resumed, runs, logs)) >= 2
-
-        wait_for(two_runs, DEADLINE, "two descheduler runs after the label")
+        with descheduler_paused(batch):
+            crowd_node_1(core, apps, name, cap + 3)
+            before = {p.metadata.name: p.metadata.uid for p in on_node_1(core, name)}
+            make_node_1_violate(core)
+            runs = [descheduler_run_now(core, batch) for _ in range(2)]
         on_node = {p.metadata.name for p in core.list_namespaced_pod(DEMO_NS).items if p.spec.node_name == "node-1"}
-        for run, log in logs.items():
+        for run, _, log in runs:
             would = re.findall(r'"Evicted pod in dry run mode" pod="' + DEMO_NS + r'/([^"]+)"', log)
             assert len(would) <= cap and set(would) <= on_node, (run, would, on_node)
             assert '"Evicted pod" ' not in log, run
