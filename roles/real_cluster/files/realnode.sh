@@ -193,30 +193,19 @@ node_netns_of() { # ADDRESS: the node network namespace whose eth0 has that addr
 ns_inode() { stat -L -c %i "$1" 2>/dev/null || true; }
 
 node_pids() { # every process in the node's namespaces or cgroups (containers have their own)
-  local state=$1 name=$2 cgroup=$3 mnt net match=()
+  local state=$1 name=$2 cgroup=$3 mnt net pid
   mnt=$(ns_inode "$(ns_file "$state" "$name" mnt)")
   net=$(ns_inode "/run/netns/$NETNS_PREFIX$name")
-  # One find over every process's namespace links (a readlink per process and namespace takes
-  # about a second on a busy machine); a process gone meanwhile makes find fail, harmlessly.
-  [[ -n $mnt ]] && match+=(-lname "mnt:\[$mnt\]")
-  [[ -n $mnt && -n $net ]] && match+=(-o)
-  [[ -n $net ]] && match+=(-lname "net:\[$net\]")
   {
-    if (( ${#match[@]} )); then
-      find /proc/[0-9]*/ns/mnt /proc/[0-9]*/ns/net -maxdepth 0 \( "${match[@]}" \) -print 2>/dev/null |
-        cut -d/ -f3 || true
-    fi
+    for pid in /proc/[0-9]*; do
+      pid=${pid#/proc/}
+      [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+      case "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" in "mnt:[$mnt]") [[ -n $mnt ]] && echo "$pid" ;; esac
+      case "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" in "net:[$net]") [[ -n $net ]] && echo "$pid" ;; esac
+    done
     [[ -d /sys/fs/cgroup/pids/$cgroup/$name ]] &&
       find "/sys/fs/cgroup/pids/$cgroup/$name" -name cgroup.procs -exec cat {} + 2>/dev/null
   } | sort -un
-}
-
-alive() { # PID...: whether any of them still runs (a zombie, which nothing may reap, does not)
-  local pid
-  for pid in "$@"; do
-    [[ $(sed -E 's/.*\) (.).*/\1/' "/proc/$pid/stat" 2>/dev/null) =~ ^[^ZX]$ ]] && return 0
-  done
-  return 1
 }
 
 node_down() {
@@ -232,8 +221,7 @@ node_down() {
     kill -s "$signal" $pids 2>/dev/null || true
     CHANGED=1
     for try in $(seq 50); do
-      # shellcheck disable=SC2086
-      alive $pids || break
+      [[ -z $(node_pids "$state" "$name" "$cgroup") ]] && break
       sleep 0.2
     done
   done
