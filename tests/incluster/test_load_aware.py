@@ -193,12 +193,12 @@ def test_pods_move_off_a_hot_node_one_a_run_and_go_where_the_load_is_low(api_cli
         write_loads(None)
 
 
-@pytest.fixture(scope="module")
-def migrated(api_client):
-    """The user's monitoring first, then site.yml against it (after the test above, so the load
-    comes from their Prometheus instead of ours: their loads differ from ours, so that no annotation
-    left from the test above passes for theirs); afterwards the user's monitoring gone."""
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+@pytest.fixture(scope="module", autouse=True)
+def their_monitoring(api_client):
+    """The crane user's monitoring, started with the module so that their Prometheus has recorded
+    crane's rules by the time the migration's tests ask for it (it runs beside ours meanwhile, as
+    it would on their cluster); removed at the end, before the defaults come back."""
+    core = client.CoreV1Api(api_client)
     for node in WORKERS:
         node_path(node, TEXTFILE).mkdir(exist_ok=True)
     figures = KernelFigures(THEIR_LOAD)
@@ -208,25 +208,34 @@ def migrated(api_client):
         kubectl("apply", "-f", str(MANIFEST))
         core.create_namespaced_config_map(THEIR_NS, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="prometheus"), data=their_configuration(core)))
-        wait_for(lambda: apps.read_namespaced_daemon_set("node-exporter", THEIR_NS).status.number_ready == len(WORKERS)
-                 and ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus"), DEADLINE,
-                 "the user's node-exporters and Prometheus ready")
-        # crane's 1-minute group first evaluates when its 30-second group has two scrapes to rate
-        want = {f"{ip}:9100" for ip in addresses(core).values()}
-        wait_for(lambda: all(set(their_values(core, record)) == want for record in ANNOTATED), DEADLINE,
-                 f"the user's Prometheus recording {ANNOTATED} for every worker, keyed by address")
-        before = theirs(api_client)
-        # crane's policy file as docs/extender.md says to pass it: read and parsed by Ansible
-        policy = "{{ lookup('ansible.builtin.file', '%s') | from_yaml }}" % (CRANE / "policy.yaml")
-        ansible_playbook("playbooks/site.yml", "-e", json.dumps({
-            "tas_load_aware": True, "extender_load_prometheus_url": THEIR_PROMETHEUS, "extender_load_policy": policy,
-            "prometheus_load_rules": False, "descheduler_rebalance_by_load": False}))
-        yield before
+        yield
     finally:
         figures.stopped.set()
         kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
         for node in WORKERS:
             shutil.rmtree(node_path(node, TEXTFILE), ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def migrated(api_client):
+    """site.yml against the user's monitoring, after the test above, so the load comes from their
+    Prometheus instead of ours: their loads differ from ours, so that no annotation left from the
+    test above passes for theirs. What is theirs, as it was before site.yml."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    wait_for(lambda: apps.read_namespaced_daemon_set("node-exporter", THEIR_NS).status.number_ready == len(WORKERS)
+             and ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus"), DEADLINE,
+             "the user's node-exporters and Prometheus ready")
+    # crane's 1-minute group first evaluates when its 30-second group has two scrapes to rate
+    want = {f"{ip}:9100" for ip in addresses(core).values()}
+    wait_for(lambda: all(set(their_values(core, record)) == want for record in ANNOTATED), DEADLINE,
+             f"the user's Prometheus recording {ANNOTATED} for every worker, keyed by address")
+    before = theirs(api_client)
+    # crane's policy file as docs/extender.md says to pass it: read and parsed by Ansible
+    policy = "{{ lookup('ansible.builtin.file', '%s') | from_yaml }}" % (CRANE / "policy.yaml")
+    ansible_playbook("playbooks/site.yml", "-e", json.dumps({
+        "tas_load_aware": True, "extender_load_prometheus_url": THEIR_PROMETHEUS, "extender_load_policy": policy,
+        "prometheus_load_rules": False, "descheduler_rebalance_by_load": False}))
+    return before
 
 
 def test_every_worker_gets_crane_annotations_from_series_keyed_by_address(api_client, migrated):
