@@ -53,6 +53,7 @@ SIMULATED = ["-e", json.dumps({f"prometheus_load_rules_{kind}_expr": f"max by (i
                                for kind in ("cpu", "mem")})]
 MANAGED_KEY = "telemetry.intel.com/load-annotations"
 THEIR_NS = "platform-monitoring"
+THEIR_PODS = "app.kubernetes.io/name=their-prometheus"  # their Prometheus's pods
 THEIR_PROMETHEUS = f"http://prometheus.{THEIR_NS}.svc:9090"
 MANIFEST = REPO / "tests" / "incluster" / "crane-monitoring.yaml"
 CRANE = REPO / "tests" / "fixtures" / "crane"
@@ -105,7 +106,7 @@ def their_configuration(core: client.CoreV1Api) -> dict[str, str]:
 
 def their_values(core: client.CoreV1Api, record: str) -> dict[str, float]:
     """instance -> value of one of crane's records, asked of the user's Prometheus."""
-    pod = ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus")[0]
+    pod = ready_pods(core, THEIR_NS, THEIR_PODS)[0]
     body = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/query", params={"query": record}, timeout=10).json()
     return {s["metric"].get("instance", ""): float(s["value"][1]) for s in body["data"]["result"]}
 
@@ -144,6 +145,29 @@ def defaults_afterwards(api_client):
     core = client.CoreV1Api(api_client)
     wait_for(lambda: not any(MANAGED_KEY in a or "cpu_usage_avg_5m" in a for a in annotations(core).values()),
              DEADLINE, "the load annotations taken off the nodes")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def their_monitoring(api_client):
+    """The crane user's monitoring, started with the module so that their Prometheus has recorded
+    crane's rules by the time the migration's tests ask for it (it runs beside ours meanwhile, as
+    it would on their cluster); removed at the end, before the defaults come back."""
+    core = client.CoreV1Api(api_client)
+    for node in WORKERS:
+        node_path(node, TEXTFILE).mkdir(exist_ok=True)
+    figures = KernelFigures(THEIR_LOAD)
+    figures.write()
+    figures.start()
+    try:
+        kubectl("apply", "-f", str(MANIFEST))
+        core.create_namespaced_config_map(THEIR_NS, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="prometheus"), data=their_configuration(core)))
+        yield
+    finally:
+        figures.stopped.set()
+        kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
+        for node in WORKERS:
+            shutil.rmtree(node_path(node, TEXTFILE), ignore_errors=True)
 
 
 def test_pods_move_off_a_hot_node_one_a_run_and_go_where_the_load_is_low(api_client):
@@ -193,29 +217,6 @@ def test_pods_move_off_a_hot_node_one_a_run_and_go_where_the_load_is_low(api_cli
         write_loads(None)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def their_monitoring(api_client):
-    """The crane user's monitoring, started with the module so that their Prometheus has recorded
-    crane's rules by the time the migration's tests ask for it (it runs beside ours meanwhile, as
-    it would on their cluster); removed at the end, before the defaults come back."""
-    core = client.CoreV1Api(api_client)
-    for node in WORKERS:
-        node_path(node, TEXTFILE).mkdir(exist_ok=True)
-    figures = KernelFigures(THEIR_LOAD)
-    figures.write()
-    figures.start()
-    try:
-        kubectl("apply", "-f", str(MANIFEST))
-        core.create_namespaced_config_map(THEIR_NS, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="prometheus"), data=their_configuration(core)))
-        yield
-    finally:
-        figures.stopped.set()
-        kubectl("delete", "--wait", "--ignore-not-found", "-f", str(MANIFEST))
-        for node in WORKERS:
-            shutil.rmtree(node_path(node, TEXTFILE), ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def migrated(api_client):
     """site.yml against the user's monitoring, after the test above, so the load comes from their
@@ -223,7 +224,7 @@ def migrated(api_client):
     test above passes for theirs. What is theirs, as it was before site.yml."""
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     wait_for(lambda: apps.read_namespaced_daemon_set("node-exporter", THEIR_NS).status.number_ready == len(WORKERS)
-             and ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus"), DEADLINE,
+             and ready_pods(core, THEIR_NS, THEIR_PODS), DEADLINE,
              "the user's node-exporters and Prometheus ready")
     # crane's 1-minute group first evaluates when its 30-second group has two scrapes to rate
     want = {f"{ip}:9100" for ip in addresses(core).values()}
@@ -275,7 +276,7 @@ def test_nothing_of_the_users_monitoring_changed(api_client, migrated):
     assert theirs(api_client) == migrated
     # and their Prometheus still records crane's rules, and only those
     core = client.CoreV1Api(api_client)
-    pod = ready_pods(core, THEIR_NS, "app.kubernetes.io/name=their-prometheus")[0]
+    pod = ready_pods(core, THEIR_NS, THEIR_PODS)[0]
     groups = httpx.get(f"http://{pod.status.pod_ip}:9090/api/v1/rules", timeout=10).json()["data"]["groups"]
     assert sorted(r["name"] for g in groups for r in g["rules"]) == sorted(
         r["record"] for g in yaml.safe_load((CRANE / "rules.yaml").read_text())["groups"] for r in g["rules"])
