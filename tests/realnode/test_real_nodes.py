@@ -6,8 +6,6 @@ role that built the cluster.
 
 from __future__ import annotations
 
-import pathlib
-import time
 import uuid
 
 import yaml
@@ -39,10 +37,6 @@ FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], t
 
 def is_ready(node: client.V1Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-
-def control_plane_name(core: client.CoreV1Api) -> str:
-    return next(n.metadata.name for n in core.list_node().items if CONTROL_PLANE_LABEL in (n.metadata.labels or {}))
 
 
 def workers(core: client.CoreV1Api) -> list[client.V1Node]:
@@ -175,37 +169,3 @@ def test_pods_answer_by_service_name_and_pod_ip_from_other_nodes(api_client, nam
             service_answers.add(answer.strip())
     assert service_answers <= {f"{e.metadata.name} on {e.spec.node_name}" for e in echoes}, service_answers
     assert len(service_answers) >= 2, f"the Service only ever reached {service_answers}"
-
-
-def test_editing_the_scheduler_manifest_restarts_it(api_client, real_cluster_dir):
-    core = client.CoreV1Api(api_client)
-    name = control_plane_name(core)
-    path = real_cluster_dir / "nodes" / name / "fs" / "etc-kubernetes" / "manifests" / "kube-scheduler.yaml"
-    original = path.read_text()
-    pod_name = f"kube-scheduler-{name}"
-    before = core.read_namespaced_pod(pod_name, "kube-system").status.container_statuses[0].container_id
-    marker = str(int(time.time()))
-    manifest = yaml.safe_load(original)
-    manifest["metadata"].setdefault("annotations", {})["tas.test/edited"] = marker
-    try:
-        _replace(path, yaml.safe_dump(manifest))
-
-        def restarted() -> bool:
-            pod = core.read_namespaced_pod(pod_name, "kube-system")
-            status = (pod.status.container_statuses or [None])[0]
-            return ((pod.metadata.annotations or {}).get("tas.test/edited") == marker
-                    and status is not None and status.ready and status.container_id != before)
-
-        wait_for(restarted, DEADLINE, "kube-scheduler to restart with the edited manifest")
-    finally:
-        _replace(path, original)
-    wait_for(lambda: "tas.test/edited" not in (core.read_namespaced_pod(pod_name, "kube-system").metadata.annotations or {})
-             and core.read_namespaced_pod(pod_name, "kube-system").status.container_statuses[0].ready,
-             DEADLINE, "kube-scheduler back on its original manifest")
-
-
-def _replace(path: pathlib.Path, text: str) -> None:
-    """Write a manifest as editors and Ansible do: a new file renamed over the old one."""
-    partial = path.with_name(f".{path.name}.tmp")
-    partial.write_text(text)
-    partial.rename(path)

@@ -10,7 +10,9 @@ set -euo pipefail
 : "${TAS_BIN_CACHE:?set TAS_BIN_CACHE to the cache directory}"
 : "${COMPONENTS:?set COMPONENTS to the components to build}"
 
-export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+# No DWARF is compiled: -ldflags -w drops it from the binaries anyway, and compiling without it
+# took a tenth less time (descheduler, cold: 228 s instead of 254 s on 2 cores).
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false -gcflags=all=-dwarf=false"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 log() { printf '[build-binaries] %s\n' "$*" >&2; }
