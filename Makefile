@@ -120,12 +120,14 @@ test: ## Everything CI runs
 	for stage in $(TEST_STAGES); do \
 	  start=$$(date +%s); rc=0; \
 	  if [[ $$stage == *+* ]]; then \
-	    $(MAKE) --no-print-directory venv prometheus-tools || rc=$$?; pids=(); \
-	    for part in $${stage//+/ }; do \
-	      $(MAKE) --no-print-directory $$part >$(dir $(TAS_TEST_DURATIONS))$$part.log 2>&1 & pids+=($$!); \
-	    done; \
-	    for pid in "$${pids[@]}"; do wait $$pid || rc=$$?; done; \
-	    for part in $${stage//+/ }; do echo "--- make $$part"; cat $(dir $(TAS_TEST_DURATIONS))$$part.log; done; \
+	    $(MAKE) --no-print-directory venv prometheus-tools || rc=$$?; \
+	    if [ $$rc = 0 ]; then \
+	      pids=(); for part in $${stage//+/ }; do \
+	        $(MAKE) --no-print-directory $$part >$(dir $(TAS_TEST_DURATIONS))$$part.log 2>&1 & pids+=($$!); \
+	      done; \
+	      for pid in "$${pids[@]}"; do wait $$pid || rc=$$?; done; \
+	      for part in $${stage//+/ }; do echo "--- make $$part"; cat $(dir $(TAS_TEST_DURATIONS))$$part.log; done; \
+	    fi; \
 	  else \
 	    $(MAKE) --no-print-directory $$stage || rc=$$?; \
 	  fi; \
