@@ -109,28 +109,27 @@ export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
 # ... and its slowest tests here, for finding where the time goes
 export TAS_TEST_DURATIONS := $(CURDIR)/build/test-durations.txt
 
-# unit+lint: the two run side by side (neither needs a cluster; each mostly keeps one core busy),
-# each one's output in build/<stage>.log, printed when both are done.
+# Targets joined by "+" run side by side, each one's output in build/<target>.log, printed when
+# all are done: unit and lint need no cluster and each mostly keeps one core busy. What both need
+# (the virtualenv, promtool) is made first, also side by side: pip and apt wait on the network.
 TEST_STAGES := unit+lint integration molecule realnode
+SHARED_FIRST := venv+prometheus-tools
 
 # Each stage in turn, its time appended to the durations file ("make <stage>: N s, exit R"),
 # which is printed last with the slowest tests, then the failures.
 test: ## Everything CI runs
 	@rm -f $(TAS_TEST_FAILURES) $(TAS_TEST_DURATIONS); mkdir -p $(dir $(TAS_TEST_DURATIONS)); failed=; \
+	side_by_side() { \
+	  local part pid pids=() status=0; \
+	  for part in $${1//+/ }; do $(MAKE) --no-print-directory $$part >$(dir $(TAS_TEST_DURATIONS))$$part.log 2>&1 & pids+=($$!); done; \
+	  for pid in "$${pids[@]}"; do wait $$pid || status=$$?; done; \
+	  for part in $${1//+/ }; do echo "--- make $$part"; cat $(dir $(TAS_TEST_DURATIONS))$$part.log; done; \
+	  return $$status; \
+	}; \
 	for stage in $(TEST_STAGES); do \
 	  start=$$(date +%s); rc=0; \
-	  if [[ $$stage == *+* ]]; then \
-	    $(MAKE) --no-print-directory venv prometheus-tools || rc=$$?; \
-	    if [ $$rc = 0 ]; then \
-	      pids=(); for part in $${stage//+/ }; do \
-	        $(MAKE) --no-print-directory $$part >$(dir $(TAS_TEST_DURATIONS))$$part.log 2>&1 & pids+=($$!); \
-	      done; \
-	      for pid in "$${pids[@]}"; do wait $$pid || rc=$$?; done; \
-	      for part in $${stage//+/ }; do echo "--- make $$part"; cat $(dir $(TAS_TEST_DURATIONS))$$part.log; done; \
-	    fi; \
-	  else \
-	    $(MAKE) --no-print-directory $$stage || rc=$$?; \
-	  fi; \
+	  if [[ $$stage == *+* ]]; then side_by_side $(SHARED_FIRST) && side_by_side $$stage || rc=$$?; \
+	  else $(MAKE) --no-print-directory $$stage || rc=$$?; fi; \
 	  echo "make $$stage: $$(( $$(date +%s) - start )) s, exit $$rc" | tee -a $(TAS_TEST_DURATIONS); \
 	  if [ $$rc != 0 ]; then failed=$$stage; break; fi; \
 	done; \
