@@ -115,11 +115,11 @@ export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
 export TAS_TEST_DURATIONS := $(CURDIR)/build/test-durations.txt
 
 # Targets joined by "+" run side by side, the first one's output shown as it comes, each other's
-# kept in build/<target>.log and shown when all are done: unit and lint need no cluster and each mostly keeps one core busy; the real-node
-# cluster's own binaries (cold, about 9 minutes of both cores) build while the KWOK scenario
-# waits on its cluster; those the two clusters share were built by make integration before. What
-# the parts need (the virtualenv, promtool) is made first, also side by side: pip and apt wait
-# on the network.
+# kept in build/<target>.log and shown when all are done. Unit and lint need no cluster and each
+# mostly keeps one core busy. The real-node cluster's own binaries (cold, about 9 minutes of both
+# cores) build while the KWOK scenario waits on its cluster; those the two clusters share were
+# built by make integration before. What the parts need (the virtualenv, promtool) is made
+# first, also side by side: pip and apt wait on the network.
 TEST_STAGES := unit+lint integration molecule+real-cluster-binaries realnode
 SHARED_FIRST := venv+prometheus-tools
 
