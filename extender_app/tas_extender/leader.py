@@ -31,6 +31,7 @@ class LeaseElector:
         self.lease_seconds, self.renew_seconds = lease_seconds, renew_seconds
         self.clock = clock
         self.is_leader = False
+        self.uid = ""  # the Lease's, once seen: Events about the extender in host mode go on it
         # The Lease as last seen (holder, renewTime, resourceVersion) and when, by `clock`.
         self._observed: tuple[object, ...] | None = None
         self._observed_at = 0.0
@@ -47,6 +48,7 @@ class LeaseElector:
         """Note the time if the Lease changed since last seen: its expiry counts from then."""
         spec = lease.spec or client.V1LeaseSpec()
         version = lease.metadata.resource_version if lease.metadata else None
+        self.uid = (lease.metadata.uid if lease.metadata else None) or self.uid
         record = (spec.holder_identity, spec.renew_time, version)
         if record != self._observed:
             self._observed, self._observed_at = record, self.clock()

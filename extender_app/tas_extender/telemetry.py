@@ -43,6 +43,11 @@ class Telemetry:
             "tas_extender_certificate_expiry_timestamp_seconds",
             "When the served certificate, and the CA that clients must be signed by, expire (Unix time)",
             ["certificate"], registry=self.registry)
+        self.client_certificate_expiry = Gauge(
+            "tas_extender_client_certificate_expiry_timestamp_seconds",
+            "When the client certificate of each subject expires, the first to expire among those the open"
+            " connections presented (Unix time)", ["subject"], registry=self.registry)
+        self._client_subjects: set[str] = set()
         # counted from other components' Events (reports.py)
         self.scheduler_call_failures = Counter(
             "tas_extender_scheduler_call_failures",
@@ -70,3 +75,11 @@ class Telemetry:
         """tls.CertificateReloader's report."""
         for name, when in expiries.items():
             self.certificate_expiry.labels(name).set(when)
+
+    def client_certificates(self, earliest: dict[str, float]) -> None:
+        """tls.PeerCertificates' report: a subject no open connection presents any more is dropped."""
+        for subject in self._client_subjects - set(earliest):
+            self.client_certificate_expiry.remove(subject)
+        for subject, when in earliest.items():
+            self.client_certificate_expiry.labels(subject).set(when)
+        self._client_subjects = set(earliest)

@@ -165,3 +165,16 @@ def test_metrics_say_when_the_certificates_expire_and_follow_a_renewal(own_tls_s
     renewed = renew()
     wait_for(lambda: _expiry_metric(served.url, pki.client_context(), "serving")
              == renewed.not_valid_after_utc.timestamp(), 15, "the metric to follow the renewed certificate")
+
+
+def _client_expiry_metric(text: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^tas_extender_client_certificate_expiry_timestamp_seconds\{subject="([^"]*)"\} (\S+)$', text, re.M)}
+
+
+def test_metrics_say_when_each_clients_certificate_expires_while_its_connection_is_open(tls_server, pki):
+    client_cert = x509.load_pem_x509_certificate(open(pki.path("client.crt"), "rb").read())
+    with httpx.Client(verify=pki.client_context()) as client:
+        # the request comes over the connection whose handshake presented the client's certificate
+        seen = _client_expiry_metric(client.get(f"{tls_server}/metrics").text)
+    assert seen == {"CN=client": client_cert.not_valid_after_utc.timestamp()}

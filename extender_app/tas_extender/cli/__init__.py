@@ -1,5 +1,5 @@
 """`tas-extender`: serve (cluster or static files), evaluate (offline decisions), explain, crd,
-check-load-policy.
+check-load-policy, renew-certificates.
 
 Each subcommand is a module here: its flags (`add_parser`), the typed settings they become, and
 the function that runs on those settings. `main` parses the command line and calls it."""
@@ -10,7 +10,7 @@ import argparse
 import logging
 
 from tas_extender import __version__
-from tas_extender.cli import documents, evaluate, explain, serve
+from tas_extender.cli import documents, evaluate, explain, renew, serve
 from tas_extender.cli.common import duration, load_policy_files, positive_int
 
 __all__ = ["duration", "load_policy_files", "main", "parser", "positive_int"]
@@ -24,6 +24,7 @@ def parser() -> argparse.ArgumentParser:
     evaluate.add_parser(sub)
     explain.add_parser(sub)
     documents.add_parsers(sub)
+    renew.add_parser(sub)
     return top
 
 

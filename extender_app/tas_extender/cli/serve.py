@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a s
     from tas_extender.cache import MetricCache
     from tas_extender.controller import Controller
     from tas_extender.engine import Engine
+    from tas_extender.expiry import ExpiryEvents
     from tas_extender.leader import LeaseElector
     from tas_extender.load.annotator import Annotator
     from tas_extender.load.mode import LoadAware
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a s
     from tas_extender.store import PolicyStore
     from tas_extender.sync import SyncLoop
     from tas_extender.telemetry import Telemetry
+    from tas_extender.tls import PeerCertificates
 
 log = logging.getLogger("tas_extender")
 
@@ -90,6 +92,7 @@ class ServeSettings:
     load_policy: str | None
     load_prometheus_url: str | None
     load_weight: float
+    certificate_warning: float
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -145,6 +148,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "telemetry-aware-scheduling"))
     serve.add_argument("--lease-name", default="tas-extender")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--certificate-warning", type=duration, default=14 * 86400.0,
+                       help="record a Warning Event CertificateExpiring this long before the served certificate, "
+                            "the CA or a client's certificate expires (336h: 14 days); on the pod (POD_NAME), "
+                            "else on the Lease")
     load = serve.add_argument_group("load-aware mode (crane's Dynamic Scheduler; off unless --load-aware)")
     load.add_argument("--load-aware", action="store_true",
                       help="filter and score every pod (but DaemonSet pods) by node load")
@@ -165,6 +172,7 @@ class ClusterParts:
     load: LoadAware | None = None
     annotator: Annotator | None = None
     audit_events: PodEvents | None = None  # pod Events of audit-mode policies
+    expiry: ExpiryEvents | None = None  # Warning Events ahead of certificate expiry
 
 
 def _cluster_client(settings: ServeSettings) -> ApiClient | None:
@@ -192,9 +200,10 @@ def _load_policy(settings: ServeSettings, api_client: ApiClient | None) -> LoadP
 
 
 def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine: Engine, telemetry: Telemetry,
-                         load_policy: LoadPolicy | None) -> ClusterParts:
+                         load_policy: LoadPolicy | None, peers: PeerCertificates | None) -> ClusterParts:
     """Leader election, then the controller's watches, with the load-aware parts it feeds,
-    and the thread that records audit-mode policies' pod Events."""
+    the thread that records audit-mode policies' pod Events and the one that warns of expiring
+    certificates."""
     from kubernetes import client
 
     from tas_extender.audit import PodEvents
@@ -225,7 +234,24 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine:
     controller.start(policies=not settings.policy_files, pods=load)
     audit_events = PodEvents(controller.core)
     audit_events.start()
-    return ClusterParts(controller, elector, load, annotator, audit_events)
+    expiry = None if peers is None else _start_expiry_events(settings, controller, elector, peers)
+    return ClusterParts(controller, elector, load, annotator, audit_events, expiry)
+
+
+def _start_expiry_events(settings: ServeSettings, controller: Controller, elector: LeaseElector | None,
+                         peers: PeerCertificates) -> ExpiryEvents:
+    from tas_extender.expiry import EventTarget, ExpiryEvents, lease_target, pod_target, watched
+
+    def target() -> EventTarget:
+        return pod_target(os.environ) or lease_target(settings.lease_namespace, settings.lease_name,
+                                                      elector.uid if elector is not None else "")
+
+    assert settings.cert and settings.cacert  # ServeSettings.check
+    cert, cacert = settings.cert, settings.cacert
+    expiry = ExpiryEvents(controller.core, target, settings.certificate_warning,
+                          is_leader=lambda: elector is None or elector.is_leader)
+    expiry.start(lambda: watched(cert, cacert, peers.current()))
+    return expiry
 
 
 def _not_ready(store: PolicyStore, cache: MetricCache, source: MetricSource,
@@ -250,6 +276,8 @@ def _shutdown(sync: SyncLoop, cluster: ClusterParts) -> None:
         cluster.controller.stop.set()
     if cluster.audit_events is not None:
         cluster.audit_events.stop()
+    if cluster.expiry is not None:
+        cluster.expiry.stop()
     if cluster.elector is not None:
         cluster.elector.release()
 
@@ -266,12 +294,17 @@ def server_settings(settings: ServeSettings, port: int, max_connections: int) ->
             "proxy_headers": False}  # no proxy in front: mutual TLS ends here
 
 
-def _run_servers(settings: ServeSettings, app: FastAPI, health_app: FastAPI | None, telemetry: Telemetry) -> None:
+def _run_servers(settings: ServeSettings, app: FastAPI, health_app: FastAPI | None, telemetry: Telemetry,
+                 peers: PeerCertificates | None) -> None:
     """The extender's server (mutual TLS unless --unsafe) and the plain-HTTP health one, until
     SIGTERM or SIGINT."""
     import uvicorn
 
     options = server_settings(settings, settings.port, settings.max_connections)
+    if peers is not None:
+        from tas_extender.tls import with_peer_certificates
+
+        options["http"] = with_peer_certificates(options["http"], peers)
     options["access_log"] = settings.log_level == "debug"
     if settings.unsafe:
         log.warning("!!! --unsafe: serving plain HTTP WITHOUT TLS or client authentication; "
@@ -305,6 +338,7 @@ def serve_until_stopped(settings: ServeSettings) -> int:
     from tas_extender.store import PolicyStore
     from tas_extender.sync import SyncLoop
     from tas_extender.telemetry import Telemetry
+    from tas_extender.tls import PeerCertificates
 
     try:
         settings.check()
@@ -315,6 +349,8 @@ def serve_until_stopped(settings: ServeSettings) -> int:
         print(f"tas-extender: {error}", file=sys.stderr)
         return 2
     store, telemetry = PolicyStore(), Telemetry()
+    # what each client presents, for the metric and the expiry Events
+    peers = None if settings.unsafe else PeerCertificates(telemetry.client_certificates)
     cache = MetricCache(source, settings.metric_max_age_or_default)
     engine = Engine(store, cache, fail_closed=settings.missing_metrics == "fail-closed")
     if settings.policy_files:
@@ -323,7 +359,7 @@ def serve_until_stopped(settings: ServeSettings) -> int:
             log.error("policy %s is invalid: %s", key, reason)
         store.replace_all(valid, invalid)
     cluster = ClusterParts() if api_client is None else _start_cluster_parts(
-        settings, api_client, engine, telemetry, load_policy)
+        settings, api_client, engine, telemetry, load_policy, peers)
     if cluster.controller is not None and hasattr(source, "node_addresses"):
         # The Prometheus source matches series without a `node` label to the nodes watched.
         source.node_addresses = cluster.controller.node_addresses
@@ -337,7 +373,7 @@ def serve_until_stopped(settings: ServeSettings) -> int:
                      load=cluster.load, load_weight=settings.load_weight, decided=sync.decided,
                      audit_events=cluster.audit_events)
     health_app = create_health_app(engine, readiness) if settings.health_port else None
-    _run_servers(settings, app, health_app, telemetry)
+    _run_servers(settings, app, health_app, telemetry, peers)
     return 0
 
 
