@@ -71,7 +71,7 @@ def test_every_control_plane_holds_a_client_pair_of_the_one_ca():
     assert len(set(cas.values())) == 1, f"control planes hold different CAs: {sorted(cas)}"
     ca = x509.load_pem_x509_certificate(next(iter(cas.values())))
     for node in CONTROL_PLANES:
-        cert = x509.load_pem_x509_certificate(node_path(node, "/etc/tas/pki/scheduler-client.crt").read_bytes())
+        cert = x509.load_pem_x509_certificate(node_path(node, "/etc/tas/pki/kube-scheduler/scheduler-client.crt").read_bytes())
         cert.verify_directly_issued_by(ca)
 
 

@@ -71,8 +71,8 @@ def client_tls(verify: bool = True) -> ssl.SSLContext:
         context = ssl.create_default_context()
         context.check_hostname = False  # must go before verify_mode may be CERT_NONE
         context.verify_mode = ssl.CERT_NONE
-    context.load_cert_chain(str(node_path("control-plane", "/etc/tas/pki/scheduler-client.crt")),
-                            str(node_path("control-plane", "/etc/tas/pki/scheduler-client.key")))
+    context.load_cert_chain(str(node_path("control-plane", "/etc/tas/pki/kube-scheduler/scheduler-client.crt")),
+                            str(node_path("control-plane", "/etc/tas/pki/kube-scheduler/scheduler-client.key")))
     return context
 
 
@@ -313,15 +313,17 @@ def test_extender_counts_the_schedulers_calls(api_client):
 
 def test_the_scheduler_mounts_only_its_own_tls_files_never_a_key_it_does_not_use():
     """The control plane's certificates directory holds the CA's and the extender's keys: the
-    kube-scheduler static pod mounts its client certificate, key and the CA certificate alone."""
+    kube-scheduler static pod mounts the directory of its client certificate, key and the CA's copy
+    alone (a directory, so a renewed file shows in the pod), with no other key in it."""
     pod = yaml.safe_load(node_path("control-plane", "/etc/kubernetes/manifests/kube-scheduler.yaml").read_text())
     mounted = {v["hostPath"]["path"]: v["hostPath"].get("type") for v in pod["spec"]["volumes"] if "hostPath" in v}
     pki = "/etc/tas/pki"
     assert node_path("control-plane", f"{pki}/ca.key").is_file()  # what must stay out of the pod
     ours = {path: kind for path, kind in mounted.items() if path == pki or path.startswith(pki + "/")
             or pki.startswith(path.rstrip("/") + "/")}
-    assert ours == {f"{pki}/scheduler-client.crt": "File", f"{pki}/scheduler-client.key": "File",
-                    f"{pki}/ca.crt": "File"}, mounted
+    assert ours == {f"{pki}/kube-scheduler": "Directory"}, mounted
+    assert sorted(p.name for p in node_path("control-plane", f"{pki}/kube-scheduler").iterdir()) \
+        == ["ca.crt", "scheduler-client.crt", "scheduler-client.key"]
 
 
 def test_pods_run_as_a_careful_operator_would_run_them(api_client):
@@ -778,7 +780,7 @@ def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):
     assert new.serial_number not in old
     wait_for(lambda: serving_serials() == {new.serial_number}, DEADLINE,
              "every extender replica to serve the renewed certificate")
-    # the scheduler, restarted with its renewed client certificate, still reaches the extender
+    # the scheduler, with its renewed client certificate (read for each new connection), still reaches the extender
     before = filter_calls(core, client_tls())
     name = f"probe-{uuid.uuid4().hex[:6]}"
     create_demo_pod(core, name)

@@ -4,7 +4,8 @@ Each control plane's kube-scheduler presents a client certificate to the extende
 trusts one CA; a CA per host would leave all but one scheduler unable to reach it (and with
 `ignorable: true`, scheduling without TAS, silently). Three inventory hosts on this machine
 (local connections, a PKI directory each) stand for three control planes; the Secret is left
-out (`certificates_create_secret: false`), so no cluster is needed.
+out (`certificates_create_secret: false`), and the renewal DaemonSet
+(`certificates_renewal_in_cluster: false`), so no cluster is needed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def run_role(tmp_path: pathlib.Path, *extra: str) -> subprocess.CompletedProcess
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump([{
         "hosts": "all", "gather_facts": False,
-        "roles": [{"role": "intel.tas.certificates", "vars": {"certificates_create_secret": False}}],
+        "roles": [{"role": "intel.tas.certificates", "vars": {"certificates_create_secret": False,
+                                                              "certificates_renewal_in_cluster": False}}],
     }]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     return subprocess.run([BIN / "ansible-playbook", "-i", tmp_path / "inventory.yml", tmp_path / "play.yml", *extra],
@@ -62,16 +64,16 @@ def installed(tmp_path_factory):
 
 
 def test_every_control_plane_holds_the_same_ca_and_certificates(installed):
-    for name in ("ca", "extender", "scheduler-client"):
+    for name in ("ca", "extender", "kube-scheduler/scheduler-client", "kube-scheduler/ca"):
         first = (installed / HOSTS[0] / f"{name}.crt").read_bytes()
         assert all((installed / host / f"{name}.crt").read_bytes() == first for host in HOSTS), name
     ca = certificate(installed, HOSTS[0], "ca")
-    assert all(signed_by(certificate(installed, host, "scheduler-client"), ca) for host in HOSTS)
+    assert all(signed_by(certificate(installed, host, "kube-scheduler/scheduler-client"), ca) for host in HOSTS)
 
 
 def test_private_keys_stay_readable_by_their_owner_only(installed):
     modes = {f"{host}/{key}": oct((installed / host / key).stat().st_mode & 0o777)
-             for host in HOSTS for key in ("ca.key", "extender.key", "scheduler-client.key")}
+             for host in HOSTS for key in ("ca.key", "extender.key", "kube-scheduler/scheduler-client.key")}
     assert set(modes.values()) == {"0o600"}, modes
 
 
@@ -84,11 +86,11 @@ def test_a_second_run_changes_nothing(installed):
 
 def test_renewal_signs_new_certificates_with_the_same_ca_on_every_host(installed):
     ca_before = (installed / HOSTS[0] / "ca.crt").read_bytes()
-    serial_before = certificate(installed, HOSTS[0], "scheduler-client").serial_number
+    serial_before = certificate(installed, HOSTS[0], "kube-scheduler/scheduler-client").serial_number
     run = run_role(installed, "-e", "certificates_force_renewal=true")
     assert run.returncode == 0, run.stdout[-4000:]
     assert all((installed / host / "ca.crt").read_bytes() == ca_before for host in HOSTS)
-    renewed = {certificate(installed, host, "scheduler-client").serial_number for host in HOSTS}
+    renewed = {certificate(installed, host, "kube-scheduler/scheduler-client").serial_number for host in HOSTS}
     assert len(renewed) == 1 and serial_before not in renewed
     ca = certificate(installed, HOSTS[0], "ca")
-    assert all(signed_by(certificate(installed, host, "scheduler-client"), ca) for host in HOSTS)
+    assert all(signed_by(certificate(installed, host, "kube-scheduler/scheduler-client"), ca) for host in HOSTS)

@@ -90,18 +90,25 @@ def healthz_url() -> Iterator[str]:
 
 @pytest.fixture
 def control_plane(tmp_path) -> pathlib.Path:
-    """An /etc/kubernetes of a kubeadm control plane, and the certificates role's files."""
+    """An /etc/kubernetes of a kubeadm control plane, and the certificates role's files: the
+    scheduler's pair and a copy of the CA in pki/kube-scheduler, the CA's and extender's keys above."""
     (tmp_path / "manifests").mkdir()
     manifest = tmp_path / "manifests" / "kube-scheduler.yaml"
     manifest.write_text(KUBEADM_MANIFEST)
     manifest.chmod(0o600)
-    (tmp_path / "pki").mkdir()
-    for name in ("scheduler-client.crt", "scheduler-client.key", "ca.crt"):
+    (tmp_path / "pki" / "kube-scheduler").mkdir(parents=True)
+    for name in ("ca.crt", "ca.key", "extender.crt", "extender.key", "kube-scheduler/scheduler-client.crt",
+                 "kube-scheduler/scheduler-client.key", "kube-scheduler/ca.crt"):
         (tmp_path / "pki" / name).write_text(f"placeholder {name}\n")
     return tmp_path
 
 
-def run_role(etc: pathlib.Path, healthz_url: str, state: str) -> subprocess.CompletedProcess:
+def scheduler_tls(etc: pathlib.Path) -> pathlib.Path:
+    return etc / "pki" / "kube-scheduler"
+
+
+def run_role(etc: pathlib.Path, healthz_url: str, state: str, succeed: bool = True,
+             **overrides: str) -> subprocess.CompletedProcess:
     variables = {
         "tas_state": state,
         "scheduler_config_mode": "kubeadm",
@@ -109,10 +116,11 @@ def run_role(etc: pathlib.Path, healthz_url: str, state: str) -> subprocess.Comp
         "scheduler_config_path": str(etc / "scheduler-config.yaml"),
         "scheduler_config_kubeadm_manifest": str(etc / "manifests" / "kube-scheduler.yaml"),
         "scheduler_config_kubeadm_backup_dir": str(etc / "tas-backup"),
-        "scheduler_config_client_cert": str(etc / "pki" / "scheduler-client.crt"),
-        "scheduler_config_client_key": str(etc / "pki" / "scheduler-client.key"),
-        "scheduler_config_ca": str(etc / "pki" / "ca.crt"),
+        "scheduler_config_client_cert": str(scheduler_tls(etc) / "scheduler-client.crt"),
+        "scheduler_config_client_key": str(scheduler_tls(etc) / "scheduler-client.key"),
+        "scheduler_config_ca": str(scheduler_tls(etc) / "ca.crt"),
         "scheduler_config_healthz_url": healthz_url,
+        **overrides,
     }
     play = etc / "play.yml"
     play.write_text(yaml.safe_dump([{
@@ -123,7 +131,8 @@ def run_role(etc: pathlib.Path, healthz_url: str, state: str) -> subprocess.Comp
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     run = subprocess.run([BIN / "ansible-playbook", "-i", "localhost,", play], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
+    if succeed:
+        assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
     return run
 
 
@@ -145,12 +154,15 @@ def tas_mounts(pod: dict) -> dict[str, tuple[str, str]]:
 
 
 def expected_mounts(etc: pathlib.Path) -> dict[str, tuple[str, str]]:
-    """The configuration and the three files the scheduler reads, never the directory beside
-    them, which on a control plane holds the CA's and the extender's keys."""
+    """The configuration, and the directory of the three files the scheduler reads (a renewed
+    file renamed over the old one shows in a mounted directory, never in a single-file mount);
+    never the certificates directory above it, which holds the CA's and the extender's keys."""
     return {"tas-config": (str(etc / "scheduler-config.yaml"), "File"),
-            "tas-client-cert": (str(etc / "pki" / "scheduler-client.crt"), "File"),
-            "tas-client-key": (str(etc / "pki" / "scheduler-client.key"), "File"),
-            "tas-ca": (str(etc / "pki" / "ca.crt"), "File")}
+            "tas-scheduler-tls": (str(scheduler_tls(etc)), "Directory")}
+
+
+def mounted_names(pod: dict) -> set[str]:
+    return {m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"].startswith("tas-")}
 
 
 def test_an_install_of_an_earlier_release_stops_mounting_the_certificates_directory(control_plane, healthz_url):
@@ -169,8 +181,86 @@ def test_an_install_of_an_earlier_release_stops_mounting_the_certificates_direct
     run_role(control_plane, healthz_url, "present")
     upgraded = yaml.safe_load(manifest.read_text())
     assert tas_mounts(upgraded) == expected_mounts(control_plane)
-    assert {m["name"] for m in upgraded["spec"]["containers"][0]["volumeMounts"] if m["name"].startswith("tas-")} \
-        == set(expected_mounts(control_plane))
+    assert mounted_names(upgraded) == set(expected_mounts(control_plane))
+
+
+def test_an_install_of_0_3_moves_from_single_file_mounts_to_the_schedulers_directory(control_plane, healthz_url):
+    """0.3 mounted each TLS file alone, from the certificates directory itself; those files stay
+    where they are (a scheduler restarted before the kubelet runs the new manifest reads them)."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    pki = control_plane / "pki"
+    old_files = {"tas-client-cert": pki / "scheduler-client.crt", "tas-client-key": pki / "scheduler-client.key",
+                 "tas-ca": pki / "ca.crt"}
+    for path in old_files.values():
+        path.write_text(f"0.3 {path.name}\n")
+    pod = yaml.safe_load(KUBEADM_MANIFEST)
+    config = control_plane / "scheduler-config.yaml"
+    pod["spec"]["containers"][0]["command"].append(f"--config={config}")
+    pod["spec"]["containers"][0]["volumeMounts"] += [
+        {"name": "tas-config", "mountPath": str(config), "readOnly": True},
+        *({"name": name, "mountPath": str(path), "readOnly": True} for name, path in old_files.items())]
+    pod["spec"]["volumes"] += [
+        {"name": "tas-config", "hostPath": {"path": str(config), "type": "File"}},
+        *({"name": name, "hostPath": {"path": str(path), "type": "File"}} for name, path in old_files.items())]
+    manifest.write_text(yaml.safe_dump(pod))
+    config.write_text("{}\n")
+
+    run_role(control_plane, healthz_url, "present")
+    upgraded = yaml.safe_load(manifest.read_text())
+    assert tas_mounts(upgraded) == expected_mounts(control_plane)
+    assert mounted_names(upgraded) == set(expected_mounts(control_plane))
+    tls = yaml.safe_load(config.read_text())["extenders"][0]["tlsConfig"]
+    assert tls == {"certFile": str(scheduler_tls(control_plane) / "scheduler-client.crt"),
+                   "keyFile": str(scheduler_tls(control_plane) / "scheduler-client.key"),
+                   "caFile": str(scheduler_tls(control_plane) / "ca.crt")}
+    assert {name: path.read_text() for name, path in old_files.items()} \
+        == {name: f"0.3 {path.name}\n" for name, path in old_files.items()}
+
+    # and removal takes the new mounts out as it took the old ones
+    run_role(control_plane, healthz_url, "absent")
+    assert tas_mounts(yaml.safe_load(manifest.read_text())) == {}
+
+
+def test_a_renewed_client_certificate_restarts_nothing_and_a_new_ca_restarts_the_scheduler(control_plane, healthz_url):
+    """The scheduler reads its client pair again for each new connection; its CA only when it starts."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    config = control_plane / "scheduler-config.yaml"
+    run_role(control_plane, healthz_url, "present")
+    first = (manifest.read_text(), config.read_text())
+
+    (scheduler_tls(control_plane) / "scheduler-client.crt").write_text("renewed\n")
+    again = run_role(control_plane, healthz_url, "present")
+    assert (manifest.read_text(), config.read_text()) == first
+    assert changed(again) == 0, again.stdout[-3000:]
+
+    (scheduler_tls(control_plane) / "ca.crt").write_text("a new CA\n")
+    run_role(control_plane, healthz_url, "present")
+    annotations = yaml.safe_load(manifest.read_text())["metadata"]["annotations"]
+    assert annotations["checksum/scheduler-config"] != yaml.safe_load(first[0])["metadata"]["annotations"][
+        "checksum/scheduler-config"]
+
+
+@pytest.mark.parametrize(("case", "overrides", "expected"), [
+    ("the CA from the certificates directory, beside the CA's key",
+     {"scheduler_config_ca": "{pki}/ca.crt"}, "must be in one directory"),
+    ("the pair in the certificates directory itself, beside the CA's and the extender's keys",
+     {"scheduler_config_client_cert": "{pki}/ca.crt", "scheduler_config_client_key": "{pki}/extender.key",
+      "scheduler_config_ca": "{pki}/ca.crt"}, "ca.key"),
+])
+def test_tls_files_that_would_mount_another_key_are_refused(control_plane, healthz_url, case, overrides, expected):
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    run = run_role(control_plane, healthz_url, "present", succeed=False,
+                   **{k: v.format(pki=control_plane / "pki") for k, v in overrides.items()})
+    assert run.returncode != 0, case
+    assert "mounts the directory of its TLS files" in run.stdout and expected in run.stdout, run.stdout[-3000:]
+    assert manifest.read_text() == KUBEADM_MANIFEST  # refused before anything was written
+
+
+def test_another_key_in_the_schedulers_directory_is_refused(control_plane, healthz_url):
+    (scheduler_tls(control_plane) / "stray.key").write_text("placeholder\n")
+    run = run_role(control_plane, healthz_url, "present", succeed=False)
+    assert run.returncode != 0
+    assert "stray.key" in run.stdout, run.stdout[-3000:]
 
 
 def test_install_keeps_kubeadm_manifest_and_removal_puts_it_back(control_plane, healthz_url):

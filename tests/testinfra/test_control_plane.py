@@ -20,7 +20,7 @@ def test_prometheus_scrapes_every_node_with_its_node_label(host, var):
 
 def test_private_keys_are_readable_by_their_owner_only(host, var):
     directory = var("certificates_dir")
-    for name in ("ca", "extender", "scheduler-client", "prometheus-client", "prometheus-adapter"):
+    for name in ("ca", "extender", "kube-scheduler/scheduler-client", "prometheus-client", "prometheus-adapter"):
         key = host.file(f"{directory}/{name}.key")
         assert key.exists and key.mode == 0o600, f"{name}.key has mode {oct(key.mode)}"
     assert host.file(var("extender_kubeconfig_path")).mode == 0o600

@@ -33,6 +33,12 @@ def rules(**overrides) -> str:
 BUCKET = "tas_extender_request_duration_seconds_bucket"
 
 
+CERTIFICATE_EXPIRING = (
+    "The {certificate} certificate expires in 10d 0h 0m 0s. The certificates role renews a certificate that expires"
+    " within 30 days when it runs, and on the control planes the DaemonSet tas-certificate-renewal does between runs:"
+    " see its log, or run the role, before the scheduler can no longer reach the extender.")
+
+
 @dataclass(frozen=True)
 class Case:
     series: dict[str, str]  # series -> values at 1m steps, the condition and a healthy twin
@@ -89,8 +95,7 @@ CASES = {
         {'tas_extender_certificate_expiry_timestamp_seconds{certificate="serving", pod="a"}': f"{10 * 86400 + 600}x10",
          'tas_extender_certificate_expiry_timestamp_seconds{certificate="ca", pod="a"}': f"{30 * 86400}x10"},
         {"certificate": "serving"},
-        "The serving certificate expires in 10d 0h 0m 0s. Run the certificates role (it renews a"
-        " certificate that expires within 30 days) before the scheduler can no longer reach the extender."),
+        CERTIFICATE_EXPIRING.format(certificate="serving")),
     # one replica saw a run evict 5 from a node (the default cap), another saw 4 of it so far
     "TASDeschedulerAtEvictionCap": Case(
         {'tas_extender_descheduler_busiest_run_evictions{pod="a"}': "0 0 0 0 0 5 5 5 5 5 5",
@@ -170,3 +175,28 @@ def test_the_eviction_cap_alert_follows_the_descheduler_cap_and_is_left_out_with
     rendered = yaml.safe_load(rules(prometheus_alerts_descheduler_node_cap=None))["groups"][0]["rules"]
     assert "TASDeschedulerAtEvictionCap" not in {r["alert"] for r in rendered}
     assert len(rendered) == len(RULES) - 1
+
+
+def test_a_client_certificate_about_to_expire_fires_as_its_subject_client(promtool, tmp_path):
+    """The client certificates the open connections presented, by subject: the earliest across replicas."""
+    (tmp_path / "alert-rules.yml").write_text(rules())
+    series = {
+        'tas_extender_client_certificate_expiry_timestamp_seconds{subject="CN=kube-scheduler", pod="a"}':
+            f"{10 * 86400 + 600}x10",
+        'tas_extender_client_certificate_expiry_timestamp_seconds{subject="CN=kube-scheduler", pod="b"}':
+            f"{200 * 86400}x10",
+        'tas_extender_client_certificate_expiry_timestamp_seconds{subject="CN=tas-prometheus", pod="a"}':
+            f"{200 * 86400}x10",
+        'tas_extender_certificate_expiry_timestamp_seconds{certificate="serving", pod="a"}': f"{200 * 86400}x10",
+    }
+    certificate = "CN=kube-scheduler client"
+    test = {"rule_files": ["alert-rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "alert_rule_test": [{"eval_time": "10m", "alertname": "TASCertificateExpiring", "exp_alerts": [{
+            "exp_labels": {"certificate": certificate, "alertname": "TASCertificateExpiring",
+                           "severity": SEVERITY["TASCertificateExpiring"]},
+            "exp_annotations": {"summary": SUMMARY["TASCertificateExpiring"],
+                                "description": CERTIFICATE_EXPIRING.format(certificate=certificate)}}]}]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test))
+    result = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

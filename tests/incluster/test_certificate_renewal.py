@@ -1,0 +1,148 @@
+"""Certificates renewed with no playbook run: the DaemonSet tas-certificate-renewal signs the due
+leaves of every control plane again for the same key, brings the extender's Secret up to date,
+and kube-scheduler and the extender take the renewed files without a restart and without a
+failed call.
+
+Runs on the real-node cluster after site.yml and the health-metric demo (molecule scenario
+realnode). Each certificate is made due (valid 20 more days: within the 30 days of renewal, and
+not yet within the 14 of the CertificateExpiring warning) on every control plane and in the
+Secret, by the CA in each control plane's own directory; the renewal pods are restarted, and
+each runs a pass as it starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import re
+import socket
+import uuid
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from kubernetes import client
+
+from conftest import EXTENDER_NS, node_path
+from support import real_control_planes, running_own_schedulers, wait_for
+from tas_extender.renewal import Authority, replace_file, resign
+from test_in_cluster import DEMO_NS, client_tls, create_demo_pod, filter_calls, ready_pods
+
+PKI = "/etc/tas/pki"
+LEAVES = ["extender.crt", "kube-scheduler/scheduler-client.crt"]
+SECRET = "extender-secret"
+RENEWAL = "app.kubernetes.io/name=tas-certificate-renewal"
+SHORT = datetime.timedelta(days=20)
+DEADLINE = 90
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def public_key(certificate: x509.Certificate) -> bytes:
+    return certificate.public_key().public_bytes(serialization.Encoding.DER,
+                                                 serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def make_due(certificate: x509.Certificate, authority: Authority) -> x509.Certificate:
+    """The same certificate signed again to end SHORT from now: resign keeps the certificate's
+    length of validity, so it starts that length before the new end."""
+    lifetime = certificate.not_valid_after_utc - certificate.not_valid_before_utc
+    return resign(certificate, authority.certificate, authority.key, _now() + SHORT - lifetime)
+
+
+def read(node: str, leaf: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(node_path(node, f"{PKI}/{leaf}").read_bytes())
+
+
+def secret_certificate(core: client.CoreV1Api) -> tuple[x509.Certificate, bytes]:
+    data = core.read_namespaced_secret(SECRET, EXTENDER_NS).data
+    return x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])), base64.b64decode(data["tls.key"])
+
+
+def renewed(certificate: x509.Certificate, key: bytes) -> bool:
+    return certificate.not_valid_after_utc > _now() + datetime.timedelta(days=300) and public_key(certificate) == key
+
+
+def serving_serials(core: client.CoreV1Api) -> set[int]:
+    serials = set()
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        with socket.create_connection((pod.status.pod_ip, 9001), timeout=10) as raw:
+            with client_tls(verify=False).wrap_socket(raw) as tls:
+                serials.add(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
+    return serials
+
+
+def failed_scheduler_calls(core: client.CoreV1Api) -> float:
+    """Every extender replica's count of scheduling attempts that failed on the call to its filter."""
+    total = 0.0
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        text = httpx.get(f"https://{pod.status.pod_ip}:9001/metrics", verify=client_tls(), timeout=10).text
+        total += sum(float(v) for v in re.findall(r"^tas_extender_scheduler_call_failures_total\{[^}]*\} (\S+)$",
+                                                 text, re.M))
+    return total
+
+
+def renewal_pods_restarted(core: client.CoreV1Api, apps: client.AppsV1Api, old: set[str]) -> bool:
+    daemon_set = apps.read_namespaced_daemon_set("tas-certificate-renewal", "kube-system")
+    pods = [p for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items
+            if not p.metadata.deletion_timestamp]
+    return (len(pods) == daemon_set.status.desired_number_scheduled == len(real_control_planes())
+            and not {p.metadata.uid for p in pods} & old
+            and all(p.status.phase == "Running" for p in pods))
+
+
+def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a_restart(api_client):
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    schedulers = running_own_schedulers(api_client)
+    failures = failed_scheduler_calls(core)
+    keys = {}
+    for node in real_control_planes():
+        authority = Authority.load(node_path(node, PKI))
+        for leaf in LEAVES:
+            current = read(node, leaf)
+            keys[(node, leaf)] = public_key(current)
+            replace_file(node_path(node, f"{PKI}/{leaf}"),
+                         make_due(current, authority).public_bytes(serialization.Encoding.PEM))
+    # the Secret too: the files of the first control plane, as the certificates role stores them
+    due = read(real_control_planes()[0], "extender.crt")
+    core.patch_namespaced_secret(SECRET, EXTENDER_NS, {"data": {
+        "tls.crt": base64.b64encode(due.public_bytes(serialization.Encoding.PEM)).decode()}})
+    secret_key = secret_certificate(core)[1]
+
+    old = {p.metadata.uid for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items}
+    core.delete_collection_namespaced_pod("kube-system", label_selector=RENEWAL)
+    wait_for(lambda: renewal_pods_restarted(core, apps, old), DEADLINE, "new renewal pods on every control plane")
+
+    wait_for(lambda: all(renewed(read(node, leaf), keys[(node, leaf)])
+                         for node in real_control_planes() for leaf in LEAVES), DEADLINE,
+             "every control plane's extender and kube-scheduler certificates renewed for the same key")
+
+    def renewed_secret() -> x509.Certificate | None:
+        held = secret_certificate(core)[0]
+        return held if renewed(held, public_key(due)) else None
+
+    held = wait_for(renewed_secret, DEADLINE, f"the Secret {SECRET} renewed for the same key")
+    assert secret_certificate(core)[1] == secret_key
+
+    # The kubelet writes a Secret's new data into the pods' volume when it next syncs the pod (up
+    # to a minute and more); a changed annotation makes it sync now. The pod is not restarted.
+    stamp = _now().strftime("%Y%m%dT%H%M%S")
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        core.patch_namespaced_pod(pod.metadata.name, EXTENDER_NS,
+                                  {"metadata": {"annotations": {"tas-test/resync": stamp}}})
+    wait_for(lambda: serving_serials(core) == {held.serial_number}, DEADLINE,
+             "every extender replica to serve the renewed certificate")
+
+    # the scheduler reaches the extender with its renewed client pair, never restarted
+    before = filter_calls(core, client_tls())
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    create_demo_pod(core, name)
+    try:
+        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
+        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
+    finally:
+        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+    assert running_own_schedulers(api_client) == schedulers
+    assert failed_scheduler_calls(core) == failures
