@@ -62,6 +62,7 @@ def test_no_admission_policy_of_ours(api_client):
 
 
 def test_no_cluster_wide_rbac_of_ours(api_client):
+    """The extender's, the adapter's and the certificate renewal's (tas-certificate-renewal)."""
     rbac = client.RbacAuthorizationV1Api(api_client)
     ours = ("tas-", "prometheus-adapter")
     roles = [r.metadata.name for r in rbac.list_cluster_role().items if r.metadata.name.startswith(ours)]
@@ -70,9 +71,14 @@ def test_no_cluster_wide_rbac_of_ours(api_client):
 
 
 def test_nothing_of_ours_in_kube_system(api_client):
+    """The descheduler's CronJob, the certificate renewal's DaemonSet (its pods gone with it) and
+    service account, and what either runs with."""
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
-    rbac = client.RbacAuthorizationV1Api(api_client)
+    apps, rbac = client.AppsV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
     left = ([f"CronJob/{c.metadata.name}" for c in batch.list_namespaced_cron_job("kube-system").items]
+            + [f"DaemonSet/{d.metadata.name}" for d in apps.list_namespaced_daemon_set("kube-system").items]
+            + [f"Pod/{p.metadata.name}" for p in core.list_namespaced_pod(
+                "kube-system", label_selector="app.kubernetes.io/name=tas-certificate-renewal").items]
             + [f"ConfigMap/{c.metadata.name}" for c in core.list_namespaced_config_map("kube-system").items]
             + [f"ServiceAccount/{s.metadata.name}" for s in core.list_namespaced_service_account("kube-system").items]
             + [f"RoleBinding/{b.metadata.name}" for b in rbac.list_namespaced_role_binding("kube-system").items])

@@ -15,6 +15,7 @@ import yaml
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel" / "tas" / "roles"
 TEMPLATES = {
+    "certificates": ["renewal.yaml.j2"],
     "descheduler": ["cronjob.yaml.j2"],
     "extender": ["deployment.yaml.j2", "node-patch-policy.yaml.j2", "rbac.yaml.j2"],
     "node_exporter": ["daemonset.yaml.j2"],
