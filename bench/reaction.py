@@ -54,7 +54,8 @@ class Probes:
         self.core = client.CoreV1Api(self.api)
         pki = CLUSTER / "tas-pki"
         tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        tls.load_cert_chain(str(pki / "scheduler-client.crt"), str(pki / "scheduler-client.key"))
+        tls.load_cert_chain(str(pki / "kube-scheduler" / "scheduler-client.crt"),
+                            str(pki / "kube-scheduler" / "scheduler-client.key"))
         self.extender = httpx.Client(base_url="https://127.0.0.1:9001", verify=tls, timeout=5)
         self.prometheus = httpx.Client(base_url="http://127.0.0.1:9090", timeout=5)
 

@@ -40,15 +40,18 @@ class SecretTarget:
 
     namespace: str
     name: str
-    stem: str
+    stem: str  # relative to the certificates directory: extender, kube-scheduler/scheduler-client
 
     @classmethod
     def parse(cls, text: str) -> SecretTarget:
         """`NAMESPACE/NAME=STEM`, as the --secret flag takes it."""
         secret, separator, stem = text.partition("=")
         namespace, slash, name = secret.partition("/")
-        if not (separator and slash and namespace and name and stem) or "/" in name or "/" in stem:
-            raise ValueError(f"{text!r}: expected NAMESPACE/NAME=STEM (e.g. kube-system/my-tls=extender)")
+        parts = pathlib.PurePosixPath(stem).parts
+        if (not (separator and slash and namespace and name and stem) or "/" in name
+                or stem.startswith("/") or ".." in parts):
+            raise ValueError(f"{text!r}: expected NAMESPACE/NAME=STEM, STEM a path within the certificates directory "
+                             "(e.g. kube-system/my-tls=extender)")
         return cls(namespace, name, stem)
 
     def __str__(self) -> str:

@@ -54,7 +54,8 @@ class Stack:
         """What kube-scheduler presents to the extender: the client pair of the extender's CA."""
         pki = self.directory / "tas-pki"
         context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        context.load_cert_chain(str(pki / "scheduler-client.crt"), str(pki / "scheduler-client.key"))
+        context.load_cert_chain(str(pki / "kube-scheduler" / "scheduler-client.crt"),
+                                str(pki / "kube-scheduler" / "scheduler-client.key"))
         return context
 
     def log(self, program: str) -> pathlib.Path:

@@ -312,10 +312,13 @@ def test_renew_certificates_flags_and_their_defaults():
     settings = RenewSettings.from_args(parser().parse_args([
         "renew-certificates", "--certificates-dir", "/pki", "--interval", "10m", "--renew-before", "720h",
         "--secret", "telemetry-aware-scheduling/extender-secret=extender",
-        "--secret", "monitoring/tas-prometheus-client=prometheus-client", "--once"]))
+        "--secret", "monitoring/tas-prometheus-client=prometheus-client",
+        "--secret", "telemetry-aware-scheduling/tas-scheduler-client=kube-scheduler/scheduler-client", "--once"]))
     assert (settings.certificates_dir, settings.interval, settings.renew_before, settings.once) \
         == ("/pki", 600.0, 30 * 86400.0, True)
-    assert settings.secrets == [TARGET, SecretTarget("monitoring", "tas-prometheus-client", "prometheus-client")]
+    assert settings.secrets == [TARGET, SecretTarget("monitoring", "tas-prometheus-client", "prometheus-client"),
+                                SecretTarget("telemetry-aware-scheduling", "tas-scheduler-client",
+                                             "kube-scheduler/scheduler-client")]
 
 
 def test_every_renew_flag_is_a_setting_and_every_setting_a_flag():
@@ -327,6 +330,7 @@ def test_every_renew_flag_is_a_setting_and_every_setting_a_flag():
 
 @pytest.mark.parametrize("flags", [["--secret", "extender-secret=extender"], ["--secret", "ns/name"],
                                    ["--secret", "ns/name="], ["--secret", "ns/a/b=extender"],
+                                   ["--secret", "ns/name=/etc/tas/pki/extender"], ["--secret", "ns/name=../extender"],
                                    ["--interval", "0s"], ["--renew-before", "30d"]])
 def test_bad_renew_flags_are_refused(flags, capsys):
     with pytest.raises(SystemExit):
@@ -346,3 +350,14 @@ def test_once_renews_and_exits_zero_even_with_a_warning(pki):
 def test_once_exits_nonzero_when_the_ca_cannot_be_read(tmp_path):
     settings = RenewSettings(str(tmp_path), 3600.0, 30 * 86400.0, [], None, True, "info")
     assert renew_until_stopped(settings) == 1
+
+
+def test_a_secret_of_the_schedulers_pair_in_its_own_directory_is_renewed(pki):
+    old = pki.leaf("kube-scheduler/scheduler-client", 5 * DAY, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    target = SecretTarget("telemetry-aware-scheduling", "tas-scheduler-client", "kube-scheduler/scheduler-client")
+    api = FakeSecrets()
+    api.put(target.namespace, target.name, _secret_data(pki, "kube-scheduler/scheduler-client", old))
+    report = renew_once(pki.directory, api, [target], RENEW_BEFORE, NOW)
+    assert report.secrets == [str(target)]
+    assert api.data(target.namespace, target.name)["tls.crt"] \
+        == (pki.directory / "kube-scheduler" / "scheduler-client.crt").read_bytes()
