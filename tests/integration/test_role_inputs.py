@@ -65,6 +65,8 @@ CASES = [
          "Check validity periods and extra names", ("certificates_extra_sans", "tas.example.com")),
     Case("certificate days are not a number", "certificates", {"certificates_valid_days": "a year"}, ARGSPEC,
          ("argument 'certificates_valid_days'",)),
+    Case("certificate renewal interval is not a duration", "certificates", {"certificates_renewal_interval": "hourly"},
+         "Check validity periods and extra names", ("certificates_renewal_interval", "hourly")),
     Case("certificates in the cluster's own PKI", "certificates", {"certificates_dir": "/etc/kubernetes/pki"},
          "Check that the cluster's own CA is not used for the extender", ("certificates_dir /etc/kubernetes/pki",)),
     Case("descheduler 0.25 in kubernetes mode", "descheduler",
