@@ -146,3 +146,31 @@ def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a
         core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
     assert running_own_schedulers(api_client) == schedulers
     assert failed_scheduler_calls(core) == failures
+
+
+def test_the_renewal_runs_on_control_planes_only_as_root_with_no_capability_and_only_its_secrets(api_client):
+    """Root, since the files are root's 0600 in a 0700 directory, and not one capability more."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    template = apps.read_namespaced_daemon_set("tas-certificate-renewal", "kube-system").spec.template
+    pod, (container,) = template.spec.security_context, template.spec.containers
+    assert (pod.run_as_user, pod.seccomp_profile.type) == (0, "RuntimeDefault")
+    assert container.security_context.read_only_root_filesystem
+    assert container.security_context.allow_privilege_escalation is False
+    assert container.security_context.capabilities.drop == ["ALL"] and not container.security_context.capabilities.add
+    assert (container.resources.requests["memory"], container.resources.limits["memory"]) == ("192Mi", "384Mi")
+    assert [v.host_path.path for v in template.spec.volumes if v.host_path] == [PKI]
+    nodes = {p.spec.node_name for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items}
+    assert nodes == set(real_control_planes())
+
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    (rule,) = rbac.read_cluster_role("tas-certificate-renewal").rules
+    assert (rule.api_groups, rule.resources, sorted(rule.verbs)) == ([""], ["secrets"], ["get", "update"])
+    assert set(rule.resource_names) == {"extender-secret", "tas-prometheus-client", "tas-prometheus-adapter-tls"}
+    binding = rbac.read_cluster_role_binding("tas-certificate-renewal")
+    assert [(s.kind, s.namespace, s.name) for s in binding.subjects] \
+        == [("ServiceAccount", "kube-system", "tas-certificate-renewal")]
+    # nothing else is bound to its service account
+    bindings = rbac.list_cluster_role_binding().items + rbac.list_role_binding_for_all_namespaces().items
+    others = [b.metadata.name for b in bindings
+              if any(s.kind == "ServiceAccount" and s.name == "tas-certificate-renewal" for s in b.subjects or [])]
+    assert others == ["tas-certificate-renewal"]
