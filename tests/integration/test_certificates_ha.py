@@ -94,3 +94,27 @@ def test_renewal_signs_new_certificates_with_the_same_ca_on_every_host(installed
     assert len(renewed) == 1 and serial_before not in renewed
     ca = certificate(installed, HOSTS[0], "ca")
     assert all(signed_by(certificate(installed, host, "kube-scheduler/scheduler-client"), ca) for host in HOSTS)
+
+
+def test_what_renew_certificates_renewed_the_role_keeps_and_copies_to_the_other_hosts(installed):
+    """The DaemonSet's renewal (tas-extender renew-certificates) on the CA host, then a playbook run:
+    the role takes the renewed certificates as its own (same key, subject, extensions, the CA's
+    authority key identifier) and changes nothing there, and the other hosts get them."""
+    from support import tas_extender_command
+
+    host = installed / HOSTS[0]
+    before = {name: certificate(installed, HOSTS[0], name) for name in ("extender", "kube-scheduler/scheduler-client")}
+    # a year ahead: every leaf the role made is due
+    renewal = subprocess.run([tas_extender_command(), "renew-certificates", "--once", "--certificates-dir", str(host),
+                              "--renew-before", "8760h"], capture_output=True, text=True, timeout=60)
+    assert renewal.returncode == 0, renewal.stdout + renewal.stderr
+    for name, old in before.items():
+        new = certificate(installed, HOSTS[0], name)
+        assert new.serial_number != old.serial_number and new.public_key() == old.public_key(), name
+
+    run = run_role(installed)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert re.search(rf"^{HOSTS[0]}\s*:.*\bchanged=0\b", run.stdout, flags=re.MULTILINE), run.stdout[-3000:]
+    for name in before:
+        renewed = (host / f"{name}.crt").read_bytes()
+        assert all((installed / other / f"{name}.crt").read_bytes() == renewed for other in HOSTS[1:]), name
