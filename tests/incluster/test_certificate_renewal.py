@@ -26,7 +26,7 @@ from kubernetes import client
 from conftest import EXTENDER_NS, node_path
 from support import real_control_planes, running_own_schedulers, wait_for
 from tas_extender.renewal import Authority, replace_file, resign
-from test_in_cluster import DEMO_NS, client_tls, create_demo_pod, filter_calls, ready_pods
+from test_in_cluster import DEMO_NS, client_tls, create_demo_pod, filter_calls, ready_pods, resync_extender_pods
 
 PKI = "/etc/tas/pki"
 LEAVES = ["extender.crt", "kube-scheduler/scheduler-client.crt"]
@@ -126,12 +126,7 @@ def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a
     held = wait_for(renewed_secret, DEADLINE, f"the Secret {SECRET} renewed for the same key")
     assert secret_certificate(core)[1] == secret_key
 
-    # The kubelet writes a Secret's new data into the pods' volume when it next syncs the pod (up
-    # to a minute and more); a changed annotation makes it sync now. The pod is not restarted.
-    stamp = _now().strftime("%Y%m%dT%H%M%S")
-    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
-        core.patch_namespaced_pod(pod.metadata.name, EXTENDER_NS,
-                                  {"metadata": {"annotations": {"tas-test/resync": stamp}}})
+    resync_extender_pods(core)
     wait_for(lambda: serving_serials(core) == {held.serial_number}, DEADLINE,
              "every extender replica to serve the renewed certificate")
 

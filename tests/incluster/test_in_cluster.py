@@ -57,6 +57,16 @@ def ready_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[cl
             and all(c.ready for c in p.status.container_statuses or [])]
 
 
+def resync_extender_pods(core: client.CoreV1Api) -> None:
+    """The kubelet writes a Secret's new data into a pod's volume when it next syncs the pod (a
+    minute and more after the change); a changed annotation makes it sync now. The pods are not
+    restarted."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        core.patch_namespaced_pod(pod.metadata.name, EXTENDER_NS,
+                                  {"metadata": {"annotations": {"tas-test/resync": stamp}}})
+
+
 def set_health(node: str, value: int) -> None:
     ansible_playbook("playbooks/set_health.yml", "-e", f"node={node}", "-e", f"value={value}")
 
@@ -778,6 +788,7 @@ def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):
     ansible_playbook("playbooks/site.yml", "-e", "certificates_force_renewal=true")
     new = x509.load_pem_x509_certificate(node_path("control-plane", "/etc/tas/pki/extender.crt").read_bytes())
     assert new.serial_number not in old
+    resync_extender_pods(core)
     wait_for(lambda: serving_serials() == {new.serial_number}, DEADLINE,
              "every extender replica to serve the renewed certificate")
     # the scheduler, with its renewed client certificate (read for each new connection), still reaches the extender
