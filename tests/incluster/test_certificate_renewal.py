@@ -15,8 +15,6 @@ from __future__ import annotations
 import base64
 import datetime
 import re
-import socket
-import uuid
 
 import httpx
 from cryptography import x509
@@ -26,7 +24,8 @@ from kubernetes import client
 from conftest import EXTENDER_NS, node_path
 from support import real_control_planes, running_own_schedulers, wait_for
 from tas_extender.renewal import Authority, replace_file, resign
-from test_in_cluster import DEMO_NS, client_tls, create_demo_pod, filter_calls, ready_pods, resync_extender_pods
+from test_in_cluster import (client_tls, place_a_demo_pod_through_the_extender, ready_pods,
+                             wait_until_every_replica_serves)
 
 PKI = "/etc/tas/pki"
 LEAVES = ["extender.crt", "kube-scheduler/scheduler-client.crt"]
@@ -63,15 +62,6 @@ def secret_certificate(core: client.CoreV1Api) -> tuple[x509.Certificate, bytes]
 
 def renewed(certificate: x509.Certificate, key: bytes) -> bool:
     return certificate.not_valid_after_utc > _now() + datetime.timedelta(days=300) and public_key(certificate) == key
-
-
-def serving_serials(core: client.CoreV1Api) -> set[int]:
-    serials = set()
-    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
-        with socket.create_connection((pod.status.pod_ip, 9001), timeout=10) as raw:
-            with client_tls(verify=False).wrap_socket(raw) as tls:
-                serials.add(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
-    return serials
 
 
 def failed_scheduler_calls(core: client.CoreV1Api) -> float:
@@ -126,19 +116,10 @@ def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a
     held = wait_for(renewed_secret, DEADLINE, f"the Secret {SECRET} renewed for the same key")
     assert secret_certificate(core)[1] == secret_key
 
-    resync_extender_pods(core)
-    wait_for(lambda: serving_serials(core) == {held.serial_number}, DEADLINE,
-             "every extender replica to serve the renewed certificate")
+    wait_until_every_replica_serves(core, held.serial_number, DEADLINE)
 
     # the scheduler reaches the extender with its renewed client pair, never restarted
-    before = filter_calls(core, client_tls())
-    name = f"probe-{uuid.uuid4().hex[:6]}"
-    create_demo_pod(core, name)
-    try:
-        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
-        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
-    finally:
-        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+    place_a_demo_pod_through_the_extender(core, DEADLINE)
     assert running_own_schedulers(api_client) == schedulers
     assert failed_scheduler_calls(core) == failures
 

@@ -57,14 +57,38 @@ def ready_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[cl
             and all(c.ready for c in p.status.container_statuses or [])]
 
 
-def resync_extender_pods(core: client.CoreV1Api) -> None:
+def serving_serials(core: client.CoreV1Api) -> set[int]:
+    """The serial numbers of the certificates the ready extender replicas serve."""
+    serials = set()
+    for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
+        with socket.create_connection((pod.status.pod_ip, 9001), timeout=10) as raw:
+            with client_tls(verify=False).wrap_socket(raw) as tls:
+                serials.add(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
+    return serials
+
+
+def wait_until_every_replica_serves(core: client.CoreV1Api, serial: int, deadline: float) -> None:
     """The kubelet writes a Secret's new data into a pod's volume when it next syncs the pod (a
     minute and more after the change); a changed annotation makes it sync now. The pods are not
-    restarted."""
+    restarted: each replica takes the renewed certificate from its volume."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
     for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
         core.patch_namespaced_pod(pod.metadata.name, EXTENDER_NS,
                                   {"metadata": {"annotations": {"tas-test/resync": stamp}}})
+    wait_for(lambda: serving_serials(core) == {serial}, deadline,
+             "every extender replica to serve the renewed certificate")
+
+
+def place_a_demo_pod_through_the_extender(core: client.CoreV1Api, deadline: float) -> None:
+    """A demo pod is scheduled, and kube-scheduler called the extender's filter for it."""
+    before = filter_calls(core, client_tls())
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    create_demo_pod(core, name)
+    try:
+        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, deadline, f"{name} scheduled")
+        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
+    finally:
+        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
 
 
 def set_health(node: str, value: int) -> None:
@@ -775,28 +799,10 @@ def test_a_changed_configuration_rolls_prometheus_and_reaches_it(api_client):
 
 def test_renewed_certificates_reach_the_extender_and_the_scheduler(api_client):
     core = client.CoreV1Api(api_client)
-
-    def serving_serials() -> set[int]:
-        serials = set()
-        for pod in ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender"):
-            with socket.create_connection((pod.status.pod_ip, 9001), timeout=10) as raw:
-                with client_tls(verify=False).wrap_socket(raw) as tls:
-                    serials.add(x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number)
-        return serials
-
-    old = serving_serials()
+    old = serving_serials(core)
     ansible_playbook("playbooks/site.yml", "-e", "certificates_force_renewal=true")
     new = x509.load_pem_x509_certificate(node_path("control-plane", "/etc/tas/pki/extender.crt").read_bytes())
     assert new.serial_number not in old
-    resync_extender_pods(core)
-    wait_for(lambda: serving_serials() == {new.serial_number}, DEADLINE,
-             "every extender replica to serve the renewed certificate")
+    wait_until_every_replica_serves(core, new.serial_number, DEADLINE)
     # the scheduler, with its renewed client certificate (read for each new connection), still reaches the extender
-    before = filter_calls(core, client_tls())
-    name = f"probe-{uuid.uuid4().hex[:6]}"
-    create_demo_pod(core, name)
-    try:
-        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
-        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
-    finally:
-        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+    place_a_demo_pod_through_the_extender(core, DEADLINE)
