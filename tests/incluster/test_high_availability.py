@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from cryptography import x509
 from kubernetes import client
 
@@ -89,35 +88,49 @@ def test_ansible_logs_in_over_ssh_as_the_admin_user_and_becomes_root_with_sudo()
         assert f"{node} | CHANGED | rc=0 >>\n{node}\n" in hostnames, hostnames
 
 
-@pytest.mark.parametrize("leader", CONTROL_PLANES)
 def test_each_control_planes_scheduler_when_it_leads_places_policy_pods_as_the_policy_says(
-        api_client, healthy_nodes_after, leader):
+        api_client, healthy_nodes_after):
+    """Each control plane's kube-scheduler leads in turn, the others stopped (the kubelet stops a
+    static pod whose manifest leaves its directory and starts it again when it comes back), and
+    places policy pods through the extender off the node the policy rejects."""
     core = client.CoreV1Api(api_client)
     coordination = client.CoordinationV1Api(api_client)
     tls = client_tls()
     set_health("node-2", 2)
     wait_for(lambda: filter_rejects(core, tls, "node-2"), DEADLINE, "every extender replica to reject node-2")
-    others = [node for node in CONTROL_PLANES if node != leader]
+    parked: set[str] = set()
+
+    def park(node: str) -> None:
+        node_path(node, MANIFEST).rename(node_path(node, PARKED))
+        parked.add(node)
+
+    def unpark(node: str) -> None:
+        node_path(node, PARKED).rename(node_path(node, MANIFEST))
+        parked.discard(node)
+
     try:
-        # the kubelet stops a static pod whose manifest leaves its directory
-        for node in others:
-            node_path(node, MANIFEST).rename(node_path(node, PARKED))
-        wait_for(lambda: scheduler_leader(coordination) == leader, DEADLINE,
-                 f"{leader}'s kube-scheduler to hold the lease once the others stopped")
-        before = filter_calls(core, tls)
-        names = [f"ha-{leader}-{uuid.uuid4().hex[:4]}" for _ in range(3)]
-        try:
-            placed = place_demo_pods(core, names, f"the pods {leader}'s scheduler places to run")
-            assert "node-2" not in placed.values(), placed
-            assert filter_calls(core, tls) >= before + len(names), "the scheduler did not call the extender"
-            assert scheduler_leader(coordination) == leader
-        finally:
-            for name in names:
-                core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+        # one scheduler started and one stopped per turn: the next in line comes back, then the
+        # one that led goes
+        for leader in CONTROL_PLANES:
+            if leader in parked:
+                unpark(leader)
+            for node in CONTROL_PLANES:
+                if node != leader and node not in parked:
+                    park(node)
+            wait_for(lambda: scheduler_leader(coordination) == leader, DEADLINE,
+                     f"{leader}'s kube-scheduler to hold the lease once the others stopped")
+            before = filter_calls(core, tls)
+            names = [f"ha-{leader}-{uuid.uuid4().hex[:4]}" for _ in range(3)]
+            try:
+                placed = place_demo_pods(core, names, f"the pods {leader}'s scheduler places to run")
+                assert "node-2" not in placed.values(), (leader, placed)
+                assert filter_calls(core, tls) >= before + len(names), f"{leader}'s scheduler did not call the extender"
+                assert scheduler_leader(coordination) == leader
+            finally:
+                for name in names:
+                    core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
     finally:
-        for node in others:
-            if node_path(node, PARKED).exists():
-                node_path(node, PARKED).rename(node_path(node, MANIFEST))
+        for node in list(parked):
+            unpark(node)
         wait_for(lambda: schedulers_running(core, CONTROL_PLANES), DEADLINE,
                  "every control plane's kube-scheduler to run again")
-

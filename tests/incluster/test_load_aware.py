@@ -15,8 +15,10 @@ against that Prometheus, as docs/extender.md's "Keeping your Prometheus" says:
 extender matches each series to its node by address, every worker gets crane's annotations, a new
 pod goes to the idle node, and nothing of the user's changes.
 
-At the end site.yml with the defaults turns load-aware mode off again, for the modules after this
-one (`defaults_afterwards`), and the annotations go.
+This module runs after every other (conftest.py's LAST). At its end site.yml with the defaults
+turns load-aware mode off again and the annotations go (`defaults_afterwards`), unless the removal
+follows (molecule's verify): the uninstall then takes load-aware mode out as it is, annotations and
+all. Turning it off is also shown on the KWOK cluster (tests/reliability/test_load_aware.py).
 
 Simulated load, named as such: the real nodes share this machine's CPUs, so node-exporter's CPU
 counters are the same on every node. With the defaults each node's textfile collector reports
@@ -41,7 +43,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import WORKERS, ansible_playbook, kubectl, node_path
+from conftest import REMOVAL_FOLLOWS, WORKERS, ansible_playbook, kubectl, node_path
 from support import REPO, wait_for, write_simulated_loads
 from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, crowd_node_1, descheduler_paused, descheduler_run_now,
                              eviction_lines, placed_probe, prioritize_answers, ready_pods)
@@ -139,8 +141,11 @@ def write_loads(loads: dict[str, int] | None) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def defaults_afterwards(api_client):
-    """site.yml with the defaults once every test here has run, load-aware mode off again."""
+    """site.yml with the defaults once every test here has run, load-aware mode off again; not
+    when the removal follows."""
     yield
+    if REMOVAL_FOLLOWS:
+        return
     ansible_playbook("playbooks/site.yml")
     core = client.CoreV1Api(api_client)
     wait_for(lambda: not any(MANAGED_KEY in a or "cpu_usage_avg_5m" in a for a in annotations(core).values()),
