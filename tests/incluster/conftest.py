@@ -20,12 +20,14 @@ WORKERS = ["node-1", "node-2", "node-3"]
 # changed the install's variables then leaves them so, instead of a site.yml run (minutes here)
 # that puts the defaults back for nobody. Run by hand, the tests leave the defaults behind.
 REMOVAL_FOLLOWS = os.environ.get("TAS_REMOVAL_FOLLOWS") == "1"
-# Modules that end with the install changed, run after every other one.
-LAST = ("test_load_aware.py",)
+# Run after every other module, in this order: the one that may end with the install changed,
+# then the RBAC check, which reads what all the others made the extender ask for.
+LAST = ("test_load_aware.py", "test_rbac_used.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name in LAST)  # stable: the order within each part stays
+    # stable: every other module keeps its order, first
+    items.sort(key=lambda item: LAST.index(item.path.name) + 1 if item.path.name in LAST else 0)
 
 
 # A node's own directories, as realnode.sh bind-mounts them from nodes/<node>/fs/.

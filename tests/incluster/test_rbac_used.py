@@ -2,13 +2,14 @@
 
 Every control plane's API server audits the requests of the collection's service accounts
 (`roles/real_cluster/files/audit-policy.yaml`, Metadata level: verb, object, answer and the
-authorization decision). Run after the other modules of tests/incluster, whose steps make the
-extender do everything it does (policies, labels, status, events, leader election, load-aware
-mode), the log then holds every call it makes:
+authorization decision). Run after every other module of tests/incluster (conftest.py's LAST),
+whose steps make the extender do everything it does (policies, labels, status, events, leader
+election, load-aware mode), the log then holds every call it makes:
 
 - none missing: no request of the extender was refused by authorization;
-- none unused: every verb on every resource its roles grant (in the roles' default mode, which
-  the cluster is in when this runs) was used at least once.
+- none unused: every verb on every resource its roles grant (in the mode the cluster is in when
+  this runs: the roles' defaults, or load-aware mode when the removal follows) was used at least
+  once.
 """
 
 from __future__ import annotations
