@@ -21,7 +21,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-binaries real-cluster-down demo demo-kwok test unit lint integration molecule realnode realnode-upgrade reliability bench soak clean
+.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-binaries real-cluster-down demo demo-kwok test unit lint integration molecule realnode realnode-upgrade realnode-managed reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -107,6 +107,9 @@ realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice,
 
 realnode-upgrade: venv ## The same with the upgrade from the previous release under load (about 14 min more; not in make test yet)
 	$(ON_REAL_CLUSTER) TAS_UPGRADE_CHECK=1 molecule test -s realnode
+
+realnode-managed: venv ## The same, then the cluster as a managed one: the second scheduler installed, checked, removed (about 8 min more; not in make test)
+	$(ON_REAL_CLUSTER) TAS_MANAGED_CHECK=1 molecule test -s realnode
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.

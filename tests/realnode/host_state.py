@@ -43,6 +43,16 @@ def _collection_files(directory: str) -> list[str] | None:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+# iproute2 makes /run/netns a mount point of its own at its first `ip netns add` and never takes
+# it away; empty, it holds nothing of the cluster's (the namespaces are compared one by one), so
+# it counts only when something is in it. A fresh machine has none before the cluster.
+NETNS_DIR = "/run/netns"
+
+
+def _left_by_iproute2(path: str) -> bool:
+    return path == NETNS_DIR and not any(pathlib.Path(NETNS_DIR).iterdir())
+
+
 def _run(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
 
@@ -71,6 +81,7 @@ def snapshot() -> dict[str, object]:
         str(d) for h in pathlib.Path("/sys/fs/cgroup").iterdir() if h.is_dir()
         for d in h.iterdir() if d.is_dir()
     )
+    mounts = [line.split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()]
     sysctls = {}
     for name in SYSCTLS:
         try:
@@ -83,12 +94,12 @@ def snapshot() -> dict[str, object]:
         "addresses": sorted(_run("ip", "-o", "address", "show").splitlines()),
         "routes": sorted(_run("ip", "route", "show", "table", "all").splitlines()),
         "network namespaces": sorted(_run("ip", "netns", "list").splitlines()),
-        "mounts": sorted(line.split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()),
+        "mounts": sorted(m for m in mounts if not _left_by_iproute2(m)),
         "cgroups": cgroups,
         "nftables": _run("nft", "list", "ruleset").splitlines(),
         "iptables": [rule for rule in _run("iptables-save").splitlines() if not rule.startswith("#")],
         "sysctls": sysctls,
-        "host directories": [d for d in NODE_DIRS if os.path.exists(d)],
+        "host directories": [d for d in NODE_DIRS if os.path.exists(d) and not _left_by_iproute2(d)],
         "collection files on this machine": _collection_files(AUTOMATION_HOST_DIR),
         # the user Ansible logs in as, and its sudo rule
         "users": sorted(line.split(":")[0] for line in pathlib.Path("/etc/passwd").read_text().splitlines()),
