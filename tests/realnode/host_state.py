@@ -54,7 +54,12 @@ def _left_by_iproute2(path: str) -> bool:
 
 
 def _run(*argv: str) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    """What a command prints; a tool the machine lacks (nft before the cluster's packages) reads
+    as one line saying so, which differs from anything the tool would print."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:
+        return f"{argv[0]}: not installed\n"
 
 
 def _processes() -> list[str]:
