@@ -108,7 +108,7 @@ realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice,
 realnode-upgrade: venv ## The same with the upgrade from the previous release under load (about 14 min more; not in make test yet)
 	$(ON_REAL_CLUSTER) TAS_UPGRADE_CHECK=1 molecule test -s realnode
 
-realnode-managed: venv ## The same, then the cluster as a managed one: the second scheduler installed, checked, removed (about 8 min more; not in make test)
+realnode-managed: venv ## The same with the cluster's second up, the second uninstall, then the cluster as a managed one: the second scheduler installed, checked, removed (about 10 min more; not in make test)
 	$(ON_REAL_CLUSTER) TAS_MANAGED_CHECK=1 molecule test -s realnode
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
