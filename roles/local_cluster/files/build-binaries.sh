@@ -156,6 +156,24 @@ build_prometheus-adapter() {
     "-X k8s.io/component-base/version.gitVersion=$PROMETHEUS_ADAPTER_VERSION"
 }
 
+# prometheus-operator and its CRDs (from its module's example/prometheus-operator-crd), for the
+# tests that play a cluster whose monitoring the operator runs: it turns the collection's
+# ServiceMonitor and PrometheusRule objects into a Prometheus configuration.
+build_prometheus-operator() {
+  local v="${PROMETHEUS_OPERATOR_VERSION:?}" out="$TAS_BIN_CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+  local mod=github.com/prometheus-operator/prometheus-operator
+  [[ -x "$out/prometheus-operator" && -d "$out/crds" ]] && return
+  rm -rf "$out"
+  build_from_module prometheus-operator "$mod" "$v" "$mod/cmd/operator" \
+    "-X github.com/prometheus/common/version.Version=${v#v}"
+  local src
+  src="$(go mod download -json "$mod@$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$out/crds.tmp"
+  cp "$src"/example/prometheus-operator-crd/*.yaml "$out/crds.tmp/"
+  chmod u+w "$out/crds.tmp/"*
+  mv "$out/crds.tmp" "$out/crds"
+}
+
 build_kind() {
   local v="${KIND_VERSION:?}" out="$TAS_BIN_CACHE/kind-$KIND_VERSION"
   [[ -x "$out/kind" ]] && return
