@@ -1,8 +1,8 @@
 """Removal (tas_state: absent) deletes every object a role's templates create.
 
-Each role lists what it deletes by kind and name in tasks/absent*.yml (rendering the templates
-again would need every variable the install computed); this keeps the lists and the templates
-in step. Namespaces are left to the namespace role, which deletes one only when nothing else is in it.
+Each role lists what it deletes by kind and name in tasks/absent*.yml, the task files they
+import, or a list in vars/main.yml those tasks name (rendering the templates again would need
+every variable the install computed); this keeps the lists and the templates in step. Namespaces are left to the namespace role, which deletes one only when nothing else is in it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TEMPLATES = {
     "descheduler": ["cronjob.yaml.j2"],
     "extender": ["deployment.yaml.j2", "node-patch-policy.yaml.j2", "rbac.yaml.j2"],
     "node_exporter": ["daemonset.yaml.j2"],
-    "prometheus": ["kubernetes.yaml.j2"],
+    "prometheus": ["kubernetes.yaml.j2", "operator.yaml.j2"],
     "prometheus_adapter": ["apiservice.yaml.j2"],
     "scheduler_config": ["second-scheduler.yaml.j2"],
 }
@@ -38,18 +38,33 @@ def created(role: str) -> set[tuple[str, str]]:
 
 
 def deleted(role: str) -> set[tuple[str, str]]:
-    """(kind, name) of every object a kubernetes.core.k8s task of tasks/absent*.yml deletes."""
+    """(kind, name) of every object a kubernetes.core.k8s task of tasks/absent*.yml (or of a
+    file it imports) deletes: listed in the task, or in the vars/main.yml list it names."""
+    role_vars_path = ROLES / role / "vars" / "main.yml"
+    role_vars = yaml.safe_load(role_vars_path.read_text()) if role_vars_path.exists() else {}
+
+    def listed(text: str) -> list[dict]:
+        return role_vars[re.fullmatch(r"\{\{ (\w+) \}\}", text).group(1)]
+
+    tasks, files = [], sorted((ROLES / role / "tasks").glob("absent*.yml"))
+    while files:
+        path = files.pop(0)
+        for task in yaml.safe_load(path.read_text()):
+            tasks.append(task)
+            if "ansible.builtin.import_tasks" in task:
+                files.append(path.parent / task["ansible.builtin.import_tasks"])
     objects = set()
-    tasks = [task for path in sorted((ROLES / role / "tasks").glob("absent*.yml"))
-             for task in yaml.safe_load(path.read_text())]
     for task in tasks:
         module = task.get("kubernetes.core.k8s")
         if not module or module.get("state") != "absent":
             continue
-        if "definition" in module:
-            objects |= {(item["kind"], item["metadata"]["name"]) for item in module["definition"]}
+        if module.get("definition") == "{{ item }}":
+            definitions = listed(task["loop"])
+        elif isinstance(module.get("definition"), str):
+            definitions = listed(module["definition"])
         else:
-            objects.add((module["kind"], module["name"]))
+            definitions = module.get("definition") or [{"kind": module["kind"], "metadata": {"name": module["name"]}}]
+        objects |= {(item["kind"], item["metadata"]["name"]) for item in definitions}
     return objects
 
 
