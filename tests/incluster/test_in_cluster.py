@@ -95,9 +95,13 @@ def set_health(node: str, value: int) -> None:
     ansible_playbook("playbooks/set_health.yml", "-e", f"node={node}", "-e", f"value={value}")
 
 
-def client_tls(verify: bool = True) -> ssl.SSLContext:
-    """The kube-scheduler's client certificate as it is on the control plane now; the extender
-    is reached by pod IP, so its name is not checked."""
+# kube-scheduler's client pair on the control plane, without .crt/.key.
+SCHEDULER_PAIR = "/etc/tas/pki/kube-scheduler/scheduler-client"
+
+
+def client_tls(verify: bool = True, pair: str = SCHEDULER_PAIR) -> ssl.SSLContext:
+    """The kube-scheduler's client certificate as it is on the control plane now (pair: where
+    a release keeps it); the extender is reached by pod IP, so its name is not checked."""
     if verify:
         context = ssl.create_default_context(cafile=str(node_path("control-plane", "/etc/tas/pki/ca.crt")))
         context.check_hostname = False
@@ -105,8 +109,7 @@ def client_tls(verify: bool = True) -> ssl.SSLContext:
         context = ssl.create_default_context()
         context.check_hostname = False  # must go before verify_mode may be CERT_NONE
         context.verify_mode = ssl.CERT_NONE
-    context.load_cert_chain(str(node_path("control-plane", "/etc/tas/pki/kube-scheduler/scheduler-client.crt")),
-                            str(node_path("control-plane", "/etc/tas/pki/kube-scheduler/scheduler-client.key")))
+    context.load_cert_chain(str(node_path("control-plane", f"{pair}.crt")), str(node_path("control-plane", f"{pair}.key")))
     return context
 
 

@@ -25,6 +25,9 @@ __all__ = ["healthy_nodes_after"]  # a fixture, used by name
 
 THIS_RELEASE_IMAGE = "tas-extender:0.1.0"  # intel.tas's extender_image default, which site.yml installs
 EVERY = 3  # seconds between two pods of the stream
+# Where the previous release (0.3.0) keeps kube-scheduler's client pair: at the top of the PKI
+# directory; this one keeps it in a directory of its own (test_in_cluster.SCHEDULER_PAIR).
+PREVIOUS_RELEASE_PAIR = "/etc/tas/pki/scheduler-client"
 
 
 def extender_images(core: client.CoreV1Api) -> set[str]:
@@ -46,7 +49,7 @@ def test_pods_created_while_site_yml_upgrades_the_previous_release_all_run_where
     assert extender_images(core) == {previous}, "the previous release is not what runs"
 
     set_health("node-2", 2)  # the demo's policy: no pod on node-2 (dontschedule health_metric == 2)
-    tls = client_tls()
+    tls = client_tls(pair=PREVIOUS_RELEASE_PAIR)
     wait_for(lambda: filter_rejects(core, tls, "node-2"), DEADLINE, "the previous release's extender to reject node-2")
 
     created: list[str] = []
