@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import socket
@@ -389,9 +390,19 @@ def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
     return QuietServer(config)
 
 
+def _freeze_start_up_heap() -> None:
+    """Leave the objects made while starting (modules, the app, the first policies) out of every
+    later garbage collection. A full collection walks every tracked object with the GIL held: at
+    5000 nodes that stalled one call in about 25 for 40 to 60 ms, and found nothing to collect.
+    Frozen objects are still freed when their last reference goes; only cycles among them stay."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve_together(servers: list[uvicorn.Server]) -> None:
     """Run the main server and any others until the main one stops (SIGTERM, SIGINT)."""
     main, *others = servers
+    _freeze_start_up_heap()
     tasks = [asyncio.create_task(server.serve()) for server in others]
     try:
         await main.serve()
