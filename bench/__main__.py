@@ -4,8 +4,9 @@ Benchmarks report numbers; nothing here asserts a timing. Stages:
   latency      extender latency over mTLS against `tas-extender serve` (no cluster needed)
   memory       the extender's resident memory across 10 000 full-Nodes calls (no cluster needed)
   throughput   scheduling throughput on the local cluster scaled to --nodes fake nodes, tas-extender
-               beside the floor (bench/floor_extender, a Go extender that does nothing), --rounds
-               runs of each, alternating
+               beside the floors (extenders that do nothing: bench/floor_extender in Go, and
+               bench/floor_python on uvicorn and on a bare asyncio protocol), --rounds runs of
+               each, alternating
   profile      the NodeNames throughput run again, with CPU per process and a py-spy profile
   reaction     the health-metric demo's reaction time, stage by stage (cluster back to 3 nodes,
                site.yml, the demo)
@@ -73,7 +74,7 @@ def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) ->
     """
     import tempfile
 
-    from bench import floor, throughput
+    from bench import floor, floor_python, throughput
 
     floor.build()  # before the cluster is scaled: a missing Go toolchain stops the run at once
     subprocess.run(["ansible-playbook", "playbooks/cluster.yml", "-e", f"local_cluster_node_count={nodes}",
@@ -88,13 +89,18 @@ def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) ->
         supervisorctl = str(pathlib.Path(sys.executable).with_name("supervisorctl"))
         try:
             if "throughput" in stages:
-                floor_server = floor.FloorServer(d)
+                floors: dict[str, floor.FloorServer | floor_python.PythonFloorServer] = {}
                 try:
-                    throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler",
-                                     "--floor-url", f"{floor_server.url}/scheduler", "--rounds", str(rounds), *tls,
+                    floors["go"] = floor.FloorServer(d)
+                    for kind in ("uvicorn", "protocol"):
+                        floors[kind] = floor_python.PythonFloorServer(d, kind)
+                    urls = [f"--floor-url={kind}={f.url}/scheduler" for kind, f in floors.items()]
+                    throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *urls,
+                                     "--rounds", str(rounds), *tls,
                                      "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])
                 finally:
-                    floor_server.stop()
+                    for floor_server in floors.values():
+                        floor_server.stop()
             if "profile" in stages:
                 from bench import profile
 
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1000, help="fake nodes for throughput")
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3,
-                        help="throughput: runs of the floor and of tas-extender's NodeNames mode, alternating")
+                        help="throughput: runs of the floors and of tas-extender's NodeNames mode, alternating")
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if set(args.stages) - {"report"}:  # the machine the new figures come from

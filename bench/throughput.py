@@ -2,10 +2,11 @@
 
 kube-scheduler is reconfigured for each mode (no extender; extender with NodeNames; extender
 with full Node objects; each with the default adaptive percentageOfNodesToScore and with 100;
-and the floor: the do-nothing Go extender of bench/floor_extender with NodeNames) and restarted
+and the floors, extenders that decide nothing, with NodeNames: the Go one of bench/floor_extender
+and the two Python ones of bench/floor_python) and restarted
 under supervisord; then a Deployment of N pods is created and the time until every pod has a
 node is measured from the API server's watch. With --rounds N the floor and tas-extender's
-NodeNames mode run N times each, alternating, so that both see the same machine.
+NodeNames mode run N times each, alternating, so that all of them see the same machine.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ class Mode:
     extender: bool
     node_cache_capable: bool
     percentage_of_nodes_to_score: int | None
-    floor: bool = False  # the scheduler calls the floor extender instead of tas-extender
+    floor: str = ""  # the floor the scheduler calls instead of tas-extender: go, uvicorn or protocol
 
 
 MODES = [
     Mode("no-extender", False, True, None),
-    Mode("floor-node-names", True, True, None, floor=True),
+    Mode("floor-node-names", True, True, None, floor="go"),
+    Mode("uvicorn-floor-node-names", True, True, None, floor="uvicorn"),
+    Mode("protocol-floor-node-names", True, True, None, floor="protocol"),
     Mode("node-names", True, True, None),
     Mode("full-nodes", True, False, None),
     Mode("no-extender-pct100", False, True, 100),
@@ -50,7 +53,7 @@ MODES = [
 
 
 # Run --rounds times, alternating, in this order; every other mode runs once.
-PAIRED = ("floor-node-names", "node-names")
+PAIRED = ("floor-node-names", "uvicorn-floor-node-names", "protocol-floor-node-names", "node-names")
 
 
 @dataclass
@@ -216,8 +219,9 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--modes", default=",".join(m.name for m in MODES))
     parser.add_argument("--extender-url", default="https://127.0.0.1:9001/scheduler")
-    parser.add_argument("--floor-url", default="", help="the floor extender's URL prefix (bench.floor), "
-                        "for the floor modes")
+    parser.add_argument("--floor-url", action="append", default=[], metavar="FLOOR=URL",
+                        help="a floor's URL prefix, for its mode: go=... (bench.floor), uvicorn=... and "
+                        "protocol=... (bench.floor_python); repeat for each")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each of the paired modes, alternating")
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
@@ -232,15 +236,17 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
     config_path = CLUSTER_DIR / "kube-scheduler" / "config.yaml"
     original = config_path.read_text()
     modes = plan([m for m in MODES if m.name in args.modes.split(",")], args.rounds)
-    if any(m.floor for m, _ in modes) and not args.floor_url:
-        parser.error("--floor-url is required for the floor modes (" +
-                     ", ".join(m.name for m in MODES if m.floor) + ")")
+    floors = dict(item.split("=", 1) for item in args.floor_url if "=" in item)
+    missing = sorted({m.floor for m, _ in modes if m.floor and m.floor not in floors})
+    if missing:
+        parser.error("--floor-url " + ", ".join(f"{floor}=URL" for floor in missing) + " is required for the modes "
+                     + ", ".join(m.name for m in MODES if m.floor in missing))
     # The extender reads its policy from a file; the cluster only needs the namespace.
     ensure_namespace(api)
     results = []
     try:
         for mode, run in modes:
-            url = args.floor_url if mode.floor else args.extender_url
+            url = floors[mode.floor] if mode.floor else args.extender_url
             config_path.write_text(yaml.safe_dump(scheduler_config(mode, url, tls)))
             restart_scheduler(args.supervisorctl)
             wait_until(lambda: subprocess.run(
