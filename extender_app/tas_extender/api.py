@@ -81,7 +81,9 @@ class Verbs:
     pages, telemetry hooks, exit stacks, routing, dependency solving), which cost more than the
     decision itself: 0.2 ms a call, twice per pod. Here the body is read, the decision asked and
     the answer written with nothing in between; everything else (health, metrics, 404s, 405s)
-    goes on to FastAPI. The document of the verbs stays in ExtenderApp.openapi().
+    goes on to FastAPI. The document of the verbs stays in ExtenderApp.openapi(). Most calls do
+    not come here at all: fastpath.py answers a small JSON POST from the HTTP protocol's callbacks,
+    with the same `respond`.
 
     A large body (full Node objects: 42 MB at 10 000 nodes) is read, decided and answered one at
     a time: the process has one core to decide with anyway, and eight of them at once held 1 GB.
@@ -93,13 +95,50 @@ class Verbs:
         self.telemetry, self.limit = telemetry, limit
         self.answers = {"/scheduler/filter": ("filter", decider.filter),
                         "/scheduler/prioritize": ("prioritize", decider.prioritize)}
+        self._by_raw_path = {path.encode(): path for path in self.answers}  # for fastpath.py
         self._one_large = asyncio.Lock()
 
     def handles(self, scope: Scope) -> bool:
         return scope["type"] == "http" and scope["path"] in self.answers
 
+    def answers_now(self, raw_path: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The verb's path when a POST to `raw_path` with `headers` can be answered in the HTTP
+        protocol's own callbacks (fastpath.py): a JSON body of a declared length, small enough to
+        decide at once. None: the ASGI way, which refuses what must be refused."""
+        path = self._by_raw_path.get(raw_path)
+        found = dict(headers)
+        declared = found.get(b"content-length", b"")
+        if (path is None or found.get(b"content-type", b"").split(b";")[0].strip().lower() != JSON.encode()
+                or not declared.isdigit() or int(declared) > min(LARGE_BODY, self.limit)):
+            return None
+        return path
+
+    def respond(self, path: str, body: bytes | bytearray) -> tuple[int, bytes]:
+        """(status, body) of the answer to a verb's request whose body has been read."""
+        verb, answer = self.answers[path]
+        try:
+            return 200, answer(wire.parse(body))
+        except wire.BadRequest as refused:
+            return self._refused(verb, refused)
+        except Exception:
+            return self._failed(verb)
+
+    def answered(self, path: str, start: float) -> None:
+        """Count a call answered 200 (`start`: when its head was read) in the latency histogram."""
+        self.telemetry.latency.labels(self.answers[path][0]).observe(time.perf_counter() - start)
+
+    def _refused(self, verb: str, refused: wire.BadRequest) -> tuple[int, bytes]:
+        self.telemetry.bad_requests.labels(verb, str(refused.status)).inc()
+        return refused.status, _refusal(verb, refused.message)
+
+    @staticmethod
+    def _failed(verb: str) -> tuple[int, bytes]:
+        log.exception("%s failed", verb)
+        return 500, _refusal(verb, f"tas-extender failed to answer {verb}; its log says why")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        verb, answer = self.answers[scope["path"]]
+        path = scope["path"]
+        verb = self.answers[path][0]
         if scope["method"] != "POST":
             await _send(send, 405, _refusal(verb, f"{verb} takes POST, not {scope['method']}"), [(b"allow", b"POST")])
             return
@@ -107,20 +146,18 @@ class Verbs:
         try:
             length = self._length(scope)
             if length is not None and length <= LARGE_BODY:
-                answered = await self._answer(receive, send, answer)
+                answered = await self._answer(path, receive, send)
             else:
                 async with self._one_large:
-                    answered = await self._answer(receive, send, answer)
+                    answered = await self._answer(path, receive, send)
         except wire.BadRequest as refused:
-            self.telemetry.bad_requests.labels(verb, str(refused.status)).inc()
-            await _send(send, refused.status, _refusal(verb, refused.message))
+            await _send(send, *self._refused(verb, refused))
             return
         except Exception:
-            log.exception("%s failed", verb)
-            await _send(send, 500, _refusal(verb, f"tas-extender failed to answer {verb}; its log says why"))
+            await _send(send, *self._failed(verb))
             return
         if answered:
-            self.telemetry.latency.labels(verb).observe(time.perf_counter() - start)
+            self.answered(path, start)
 
     def _length(self, scope: Scope) -> int | None:
         """The body's declared length (None: not declared, chunked), once the headers allow it."""
@@ -135,14 +172,15 @@ class Verbs:
             raise wire.BadRequest(413, f"request body of {int(declared)} bytes exceeds the limit of {self.limit} bytes")
         return int(declared)
 
-    async def _answer(self, receive: Receive, send: Send, answer: Callable[[wire.ExtenderArgs], bytes]) -> bool:
-        """Read, decide, write; False when the client left (or was too slow, deadlines.py) before
-        its body was read: no one would read an answer."""
+    async def _answer(self, path: str, receive: Receive, send: Send) -> bool:
+        """Read, decide, write; True when the decision was sent. False also when the client left
+        (or was too slow, deadlines.py) before its body was read: no one would read an answer."""
         body = await self._read_body(receive)
         if body is None:
             return False
-        await _send(send, 200, answer(wire.parse(body)))
-        return True
+        status, answer = self.respond(path, body)
+        await _send(send, status, answer)
+        return status == 200
 
     async def _read_body(self, receive: Receive) -> bytearray | None:
         """The whole body, None if the client left first. One buffer grown in place: at 20 MB a

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from tas_extender.fastpath import DirectVerbsProtocol
 
 log = logging.getLogger(__name__)
 
 
-class DeadlineProtocol(HttpToolsProtocol):
+class DeadlineProtocol(DirectVerbsProtocol):
     """Closes a connection whose request head is not complete `header_timeout` seconds after the
     connection opened (or, on a kept-alive one, after the head began), or whose body is not
     complete `body_timeout` seconds after its head. `with_deadlines` sets both."""
