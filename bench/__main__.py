@@ -95,7 +95,8 @@ def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) ->
                     for kind in ("uvicorn", "protocol"):
                         floors[kind] = floor_python.PythonFloorServer(d, kind)
                     urls = [f"--floor-url={kind}={f.url}/scheduler" for kind, f in floors.items()]
-                    throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *urls,
+                    pids = [f"--pid={kind}={f.proc.pid}" for kind, f in {"tas": server, **floors}.items()]
+                    throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *urls, *pids,
                                      "--rounds", str(rounds), *tls,
                                      "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])
                 finally:

@@ -26,6 +26,8 @@ import httpx
 import yaml
 from kubernetes import client, config, watch
 
+from bench.latency import cpu_seconds
+
 CLUSTER_DIR = pathlib.Path.home() / ".local" / "state" / "tas-local-cluster"
 NAMESPACE = "tas-bench"
 
@@ -64,6 +66,7 @@ class Result:
     nodes: int
     seconds: float
     pods_per_second: float
+    extender_cpu_seconds: float | None = None  # the extender's CPU while the pods were bound (--pid)
 
 
 def scheduler_config(mode: Mode, extender_url: str, tls: dict[str, str]) -> dict:
@@ -111,6 +114,27 @@ class Probe(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
+
+
+class CpuProbe:
+    """The CPU time a process spent between start() and stop(), from /proc; then `probe`'s own."""
+
+    def __init__(self, pid: int | None, probe: Probe | None):
+        self.pid, self.probe = pid, probe
+        self.seconds: float | None = None
+        self._start = 0.0
+
+    def start(self) -> None:
+        if self.probe is not None:
+            self.probe.start()
+        if self.pid is not None:
+            self._start = cpu_seconds(self.pid)
+
+    def stop(self) -> None:
+        if self.pid is not None:
+            self.seconds = round(cpu_seconds(self.pid) - self._start, 2)
+        if self.probe is not None:
+            self.probe.stop()
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -223,6 +247,9 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
                         help="a floor's URL prefix, for its mode: go=... (bench.floor), uvicorn=... and "
                         "protocol=... (bench.floor_python); repeat for each")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each of the paired modes, alternating")
+    parser.add_argument("--pid", action="append", default=[], metavar="NAME=PID",
+                        help="the process of tas-extender (tas=PID) or of a floor (go=, uvicorn=, protocol=), "
+                        "whose CPU time is recorded for its runs; repeat for each")
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
     parser.add_argument("--tls-ca", default="")
@@ -237,6 +264,7 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
     original = config_path.read_text()
     modes = plan([m for m in MODES if m.name in args.modes.split(",")], args.rounds)
     floors = dict(item.split("=", 1) for item in args.floor_url if "=" in item)
+    pids = {name: int(pid) for name, pid in (item.split("=", 1) for item in args.pid)}
     missing = sorted({m.floor for m, _ in modes if m.floor and m.floor not in floors})
     if missing:
         parser.error("--floor-url " + ", ".join(f"{floor}=URL" for floor in missing) + " is required for the modes "
@@ -254,16 +282,17 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
             ).returncode == 0, 60, "kube-scheduler healthy")
             # A run counts only if the scheduler asked the extender about every pod: once, right
             # after a restart, a run bound every pod faster than with no extender at all.
+            cpu = CpuProbe(pids.get(mode.floor or "tas") if mode.extender else None, probe)
             for _attempt in (1, 2):
                 calls = filter_calls(url, tls) if mode.extender else 0.0
-                seconds = measure(api, mode, args.pods, probe)
+                seconds = measure(api, mode, args.pods, cpu)
                 if not mode.extender or filter_calls(url, tls) - calls >= args.pods:
                     break
                 print(f"{mode.name} round {run}: the extender was not asked about every pod; run again", flush=True)
             else:
                 raise RuntimeError(f"{mode.name}: kube-scheduler did not call the extender for every pod, twice")
             results.append(Result(mode.name, run, args.pods, nodes, round(seconds, 2),
-                                  round(args.pods / seconds, 1)))
+                                  round(args.pods / seconds, 1), cpu.seconds))
             print(json.dumps(asdict(results[-1])), flush=True)
     finally:
         config_path.write_text(original)
