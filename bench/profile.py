@@ -30,6 +30,7 @@ BUCKETS = [
     ("request decoding (wire.parse)", re.compile(r"\bparse \(tas_extender/wire")),
     ("sync loop (metrics file, engine rebuild)", re.compile(r"SyncLoop\.")),
     ("TLS (ssl module)", re.compile(r"\(ssl\.py|sslproto\.py")),
+    ("verbs answered from the protocol's callbacks (fastpath.py)", re.compile(r"\(tas_extender/fastpath")),
     ("HTTP parsing and writing (uvicorn, httptools)", re.compile(r"uvicorn/protocols")),
     ("reading and answering the verbs (api.Verbs)", re.compile(r"Verbs\.")),
     ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),
