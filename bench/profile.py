@@ -41,12 +41,6 @@ WAITING = [
 ]
 
 
-def cluster_pids(supervisorctl: str) -> dict[str, int]:
-    status = subprocess.run([supervisorctl, "-c", str(throughput.CLUSTER_DIR / "supervisord.conf"), "status"],
-                            capture_output=True, text=True, check=False).stdout
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+RUNNING\s+pid (\d+)", status, re.M)}
-
-
 def extender_requests(server: latency.Server) -> dict[str, tuple[float, float]]:
     """verb -> (requests answered, seconds spent in the handler) from the extender's /metrics."""
     with server.client() as client:
@@ -102,7 +96,7 @@ class Probe:
         self.requests: dict[str, dict[str, float]] = {}
 
     def _sample(self) -> tuple[dict[str, int], dict[str, float], dict[str, tuple[float, float]]]:
-        pids = cluster_pids(self.supervisorctl)  # looked up now: the run restarts kube-scheduler
+        pids = throughput.cluster_pids(self.supervisorctl)  # looked up now: the run restarts kube-scheduler
         pids["tas-extender (bench)"] = self.server.proc.pid
         return pids, {name: latency.cpu_seconds(pid) for name, pid in pids.items()}, extender_requests(self.server)
 

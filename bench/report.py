@@ -157,8 +157,10 @@ def _throughput(throughput: list[dict], img: pathlib.Path) -> list[str]:
            _table(rows, list(rows[0])), ""]
     pairs = _pairs(throughput)
     if pairs:
-        out += ["Each round, the floors and then tas-extender (NodeNames), each as a share of the Go floor's run "
-                "of that round:", "",
+        out += ["Each round, the floors and tas-extender (NodeNames), each as a share of the Go floor's run "
+                "of that round (the four run in a rotated order, round r starting r - 1 places further on, and "
+                "each run starts once the cluster's processes use at most 0.15 cores over 2 s more than at rest, "
+                "before the first run, with no pods to place; at most 120 s after the last run):", "",
                 _table(pairs, [column for column in pairs[0] if column != "share of the Go floor"]), "",
                 "What the gap is made of, as far as measured: kube-scheduler keeps one connection to the "
                 "extender for a whole run (one established connection and no new ones, sampled every 2 s "
@@ -167,11 +169,12 @@ def _throughput(throughput: list[dict], img: pathlib.Path) -> list[str]:
                 "runs the control plane keeps both cores busy (the profile below), and the extender waits for a "
                 "core on every call, where the floor does next to nothing. Not measured here: a machine with a "
                 "core to spare, or the extender on a node of its own.", ""]
-    runs = [{**r, "extender CPU ms per pod": round(1000 * r["extender_cpu_seconds"] / r["pods"], 2)
+    runs = [{"settle_seconds": "", **r,
+             "extender CPU ms per pod": round(1000 * r["extender_cpu_seconds"] / r["pods"], 2)
              if r.get("extender_cpu_seconds") is not None else ""} for r in throughput]
     out += ["Every run (the extender's CPU time counted while the pods were bound, from /proc):", "",
             _table(runs, ["mode", "round", "nodes", "pods", "seconds", "pods_per_second",
-                          "extender CPU ms per pod"]), ""]
+                          "extender CPU ms per pod", "settle_seconds"]), ""]
     return out
 
 

@@ -6,7 +6,8 @@ and the floors, extenders that decide nothing, with NodeNames: the Go one of ben
 and the two Python ones of bench/floor_python) and restarted
 under supervisord; then a Deployment of N pods is created and the time until every pod has a
 node is measured from the API server's watch. With --rounds N the floor and tas-extender's
-NodeNames mode run N times each, alternating, so that all of them see the same machine.
+NodeNames mode run N times each, alternating (each round in a rotated order), so that all of them
+see the same machine; each run starts once the cluster is quiet again.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ MODES = [
 ]
 
 
+# A run starts once the cluster is about as quiet as with no pods at all (settle), or after the timeout.
+SETTLE_MARGIN = 0.15  # cores
+SETTLE_WINDOW = 2.0
+SETTLE_TIMEOUT = 120.0
+
 # Run --rounds times, alternating, in this order; every other mode runs once.
 PAIRED = ("floor-node-names", "uvicorn-floor-node-names", "protocol-floor-node-names", "node-names")
 
@@ -67,6 +73,7 @@ class Result:
     seconds: float
     pods_per_second: float
     extender_cpu_seconds: float | None = None  # the extender's CPU while the pods were bound (--pid)
+    settle_seconds: float = 0.0  # waited before the run for the cluster to be quiet (settle)
 
 
 def scheduler_config(mode: Mode, extender_url: str, tls: dict[str, str]) -> dict:
@@ -137,6 +144,40 @@ class CpuProbe:
             self.probe.stop()
 
 
+def cluster_pids(supervisorctl: str) -> dict[str, int]:
+    """The local cluster's processes under supervisord: name -> pid."""
+    status = subprocess.run([supervisorctl, "-c", str(CLUSTER_DIR / "supervisord.conf"), "status"],
+                            capture_output=True, text=True, check=False).stdout
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+RUNNING\s+pid (\d+)", status, re.M)}
+
+
+def cluster_cores(supervisorctl: str) -> float:
+    """Cores the cluster's processes used together over the next SETTLE_WINDOW seconds."""
+    pids = cluster_pids(supervisorctl).values()
+    before = sum(_cpu_or_zero(pid) for pid in pids)
+    time.sleep(SETTLE_WINDOW)
+    return (sum(_cpu_or_zero(pid) for pid in pids) - before) / SETTLE_WINDOW
+
+
+def settle(supervisorctl: str, idle: float) -> float:
+    """Wait until the cluster's processes use no more than `idle` cores (theirs with no pods to
+    place: the fake nodes' heartbeats alone keep kube-apiserver busy) plus SETTLE_MARGIN, at most
+    SETTLE_TIMEOUT seconds; the seconds waited. The pods of the last run are gone from the API
+    when `measure` returns, but their deletion (events, garbage collection, KWOK) goes on for a
+    while, and would fall into the next run."""
+    start = time.monotonic()
+    while time.monotonic() - start < SETTLE_TIMEOUT and cluster_cores(supervisorctl) > idle + SETTLE_MARGIN:
+        pass
+    return round(time.monotonic() - start, 1)
+
+
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except FileNotFoundError:  # restarted meanwhile
+        return 0.0
+
+
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
     """Poll `condition` until truthy, else TimeoutError. Not tests.support.wait_for: that one fails
     through pytest.fail, an exception meant for pytest's runner, not for a benchmark's caller."""
@@ -204,8 +245,9 @@ def measure(api: client.ApiClient, mode: Mode, pods: int, probe: Probe | None = 
 
 
 def plan(modes: list[Mode], rounds: int) -> list[tuple[Mode, int]]:
-    """(mode, round) in the order they run: the paired modes `rounds` times, alternating, where
-    the first of them stands; the others once."""
+    """(mode, round) in the order they run: the paired modes `rounds` times, where the first of
+    them stands, each round in another order (round r starts r - 1 places further on), so that
+    no mode always runs first or last in its round; the others once."""
     if rounds < 1:
         raise ValueError(f"--rounds must be at least 1 (got {rounds})")
     paired = [m for m in modes if m.name in PAIRED]
@@ -214,7 +256,9 @@ def plan(modes: list[Mode], rounds: int) -> list[tuple[Mode, int]]:
         if mode not in paired:
             order.append((mode, 1))
         elif mode is paired[0]:
-            order += [(m, r) for r in range(1, rounds + 1) for m in paired]
+            for r in range(1, rounds + 1):
+                turn = (r - 1) % len(paired)
+                order += [(m, r) for m in paired[turn:] + paired[:turn]]
     return order
 
 
@@ -272,6 +316,9 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
     # The extender reads its policy from a file; the cluster only needs the namespace.
     ensure_namespace(api)
     results = []
+    # The cluster's own load with no pods to place, before the first run: the least of three windows.
+    idle = min(cluster_cores(args.supervisorctl) for _ in range(3))
+    print(f"the cluster at rest: {idle:.2f} cores", flush=True)
     try:
         for mode, run in modes:
             url = floors[mode.floor] if mode.floor else args.extender_url
@@ -282,6 +329,7 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
             ).returncode == 0, 60, "kube-scheduler healthy")
             # A run counts only if the scheduler asked the extender about every pod: once, right
             # after a restart, a run bound every pod faster than with no extender at all.
+            waited = settle(args.supervisorctl, idle)
             cpu = CpuProbe(pids.get(mode.floor or "tas") if mode.extender else None, probe)
             for _attempt in (1, 2):
                 calls = filter_calls(url, tls) if mode.extender else 0.0
@@ -292,7 +340,7 @@ def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
             else:
                 raise RuntimeError(f"{mode.name}: kube-scheduler did not call the extender for every pod, twice")
             results.append(Result(mode.name, run, args.pods, nodes, round(seconds, 2),
-                                  round(args.pods / seconds, 1), cpu.seconds))
+                                  round(args.pods / seconds, 1), cpu.seconds, waited))
             print(json.dumps(asdict(results[-1])), flush=True)
     finally:
         config_path.write_text(original)
