@@ -162,13 +162,7 @@ def _throughput(throughput: list[dict], img: pathlib.Path) -> list[str]:
                 "each run starts once the cluster's processes use at most 0.15 cores over 2 s more than at rest, "
                 "before the first run, with no pods to place; at most 120 s after the last run):", "",
                 _table(pairs, [column for column in pairs[0] if column != "share of the Go floor"]), "",
-                "What the gap is made of, as far as measured: kube-scheduler keeps one connection to the "
-                "extender for a whole run (one established connection and no new ones, sampled every 2 s "
-                "while this report ran), so no call pays a TLS handshake. A call costs the extender 0.2 to 0.3 ms "
-                "of CPU on its own (the latency table), plus 42 to 88 µs when its answer is made afresh; in these "
-                "runs the control plane keeps both cores busy (the profile below), and the extender waits for a "
-                "core on every call, where the floor does next to nothing. Not measured here: a machine with a "
-                "core to spare, or the extender on a node of its own.", ""]
+                _gap(throughput, medians), ""]
     runs = [{"settle_seconds": "", **r,
              "extender CPU ms per pod": round(1000 * r["extender_cpu_seconds"] / r["pods"], 2)
              if r.get("extender_cpu_seconds") is not None else ""} for r in throughput]
@@ -176,6 +170,36 @@ def _throughput(throughput: list[dict], img: pathlib.Path) -> list[str]:
             _table(runs, ["mode", "round", "nodes", "pods", "seconds", "pods_per_second",
                           "extender CPU ms per pod", "settle_seconds"]), ""]
     return out
+
+
+def _cpu_ms_per_pod(throughput: list[dict], mode: str) -> float | None:
+    """The median over `mode`'s runs of its extender's CPU per pod bound, in ms."""
+    values = [1000 * r["extender_cpu_seconds"] / r["pods"] for r in throughput
+              if r["mode"] == mode and r.get("extender_cpu_seconds") is not None]
+    return round(statistics.median(values), 2) if values else None
+
+
+def _gap(throughput: list[dict], medians: dict[str, float]) -> str:
+    """What the gap to the Go floor is made of, from the runs' figures."""
+    out = ("What the gap is made of, as far as measured: kube-scheduler keeps one connection to the extender for "
+           "a whole run (one established connection and no new ones, sampled every 2 s through a run of an "
+           "earlier version of this benchmark), so no call pays a TLS handshake.")
+    cpu = {mode: _cpu_ms_per_pod(throughput, mode) for mode in SHARED}
+    floor = medians.get(FLOOR)
+    if all(value is not None for value in cpu.values()) and floor and all(m in medians for m in SHARED):
+        share = {mode: round(medians[mode] / floor, 2) for mode in SHARED}
+        go_runs = sorted(r["seconds"] for r in throughput if r["mode"] == FLOOR)
+        spread = round(100 * (go_runs[-1] - go_runs[0]) / statistics.median(go_runs))
+        uvicorn, protocol = PYTHON_FLOORS
+        out += (f" The extender's CPU is not what sets the pace: per pod bound (medians over the rounds, from "
+                f"/proc), the Go floor spent {cpu[FLOOR]} ms of CPU, the Python floor on uvicorn {cpu[uvicorn]}, "
+                f"on a bare protocol {cpu[protocol]} and tas-extender {cpu['node-names']}; the Python floors, "
+                f"which decide nothing and spend less CPU than the Go one, reach {share[uvicorn]} and "
+                f"{share[protocol]} of its rate, tas-extender {share['node-names']}. In these runs the control "
+                f"plane keeps both cores busy (the profile below) and every call waits for a core, for as long as "
+                f"the moment has it: the Go floor's own runs lie {spread} % of their median apart.")
+    return out + (" Not measured here: why a call to a Python server waits longer than one to a Go server on a "
+                  "busy machine, a machine with a core to spare, or the extender on a node of its own.")
 
 
 def _pairs(throughput: list[dict], mode: str = "node-names") -> list[dict]:
