@@ -74,7 +74,7 @@ def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) ->
     """
     import tempfile
 
-    from bench import floor, floor_python, throughput
+    from bench import floor, throughput
 
     floor.build()  # before the cluster is scaled: a missing Go toolchain stops the run at once
     subprocess.run(["ansible-playbook", "playbooks/cluster.yml", "-e", f"local_cluster_node_count={nodes}",
@@ -89,13 +89,14 @@ def run_throughput(nodes: int, pods: int, stages: list[str], rounds: int = 1) ->
         supervisorctl = str(pathlib.Path(sys.executable).with_name("supervisorctl"))
         try:
             if "throughput" in stages:
-                floors: dict[str, floor.FloorServer | floor_python.PythonFloorServer] = {}
+                floors: dict[str, floor.FloorServer] = {}
                 try:
                     floors["go"] = floor.FloorServer(d)
                     for kind in ("uvicorn", "protocol"):
-                        floors[kind] = floor_python.PythonFloorServer(d, kind)
+                        floors[kind] = floor.FloorServer(d, kind)
                     urls = [f"--floor-url={kind}={f.url}/scheduler" for kind, f in floors.items()]
-                    pids = [f"--pid={kind}={f.proc.pid}" for kind, f in {"tas": server, **floors}.items()]
+                    pids = [f"--pid=tas={server.proc.pid}",
+                            *(f"--pid={kind}={f.proc.pid}" for kind, f in floors.items())]
                     throughput.main(["--pods", str(pods), "--extender-url", f"{server.url}/scheduler", *urls, *pids,
                                      "--rounds", str(rounds), *tls,
                                      "--supervisorctl", supervisorctl, "--out", str(RESULTS / "throughput.json")])

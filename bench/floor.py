@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import sys
 import time
 
 import httpx
@@ -28,22 +29,25 @@ def build() -> pathlib.Path:
 
 
 class FloorServer:
-    """The floor extender on a free port of 127.0.0.1, with the certificates in `certs`
-    (bench.latency.make_certs: server.crt/key for 127.0.0.1, clients of ca.crt)."""
+    """A floor on a free port of 127.0.0.1, with the certificates in `certs` (bench.latency.make_certs:
+    server.crt/key for 127.0.0.1, clients of ca.crt): the Go one, or with `server` ("uvicorn",
+    "protocol") one of bench.floor_python's."""
 
-    def __init__(self, certs: pathlib.Path):
+    def __init__(self, certs: pathlib.Path, server: str = ""):
         self.port = free_port()
+        name = f"the Python floor ({server})" if server else "the floor extender"
+        command = [sys.executable, "-m", "bench.floor_python", "--server", server] if server else [str(build())]
         self.proc = subprocess.Popen(
-            [str(build()), "--host", "127.0.0.1", "--port", str(self.port), "--cert", str(certs / "server.crt"),
+            [*command, "--host", "127.0.0.1", "--port", str(self.port), "--cert", str(certs / "server.crt"),
              "--key", str(certs / "server.key"), "--cacert", str(certs / "ca.crt")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cwd=latency.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.url = f"https://127.0.0.1:{self.port}"
         tls = latency.client_context(certs)
         deadline = time.monotonic() + STARTUP_SECONDS
         with httpx.Client(verify=tls, timeout=5) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"the floor extender exited with {self.proc.returncode}: "
+                    raise RuntimeError(f"{name} exited with {self.proc.returncode}: "
                                        f"{self.proc.stderr.read().decode() if self.proc.stderr else ''}")
                 try:
                     if client.get(self.url + "/readyz").status_code == 200:
@@ -52,7 +56,7 @@ class FloorServer:
                     pass
                 time.sleep(0.1)
         self.stop()
-        raise TimeoutError(f"the floor extender did not answer /readyz within {STARTUP_SECONDS} s")
+        raise TimeoutError(f"{name} did not answer /readyz within {STARTUP_SECONDS} s")
 
     def stop(self) -> None:
         self.proc.terminate()

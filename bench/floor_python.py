@@ -10,26 +10,17 @@ the HTTP layer cost from what tas-extender's own work costs:
   protocol  no HTTP framework: an asyncio protocol on uvloop that parses with httptools and
             answers from the protocol's callbacks, the least a Python server can do per request
 
-Run as `python -m bench.floor_python --server uvicorn|protocol --port P --cert --key --cacert`.
+Run as `python -m bench.floor_python --server uvicorn|protocol --port P --cert --key --cacert`;
+bench.floor.FloorServer(certs, server) starts it as it starts the Go floor.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import pathlib
 import ssl
-import subprocess
-import sys
-import time
 
-import httpx
 import msgspec
-
-from bench import latency
-from tests.support import free_port
-
-STARTUP_SECONDS = 30
 
 
 class Args(msgspec.Struct):
@@ -174,42 +165,6 @@ def main(argv: list[str] | None = None) -> None:
         await server.serve_forever()
 
     uvloop.run(serve())
-
-
-class PythonFloorServer:
-    """`python -m bench.floor_python` on a free port of 127.0.0.1 with the certificates in `certs`
-    (bench.latency.make_certs), as bench.floor.FloorServer starts the Go floor."""
-
-    def __init__(self, certs: pathlib.Path, server: str):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.floor_python", "--server", server, "--port", str(self.port),
-             "--cert", str(certs / "server.crt"), "--key", str(certs / "server.key"),
-             "--cacert", str(certs / "ca.crt")],
-            cwd=latency.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.url = f"https://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + STARTUP_SECONDS
-        with httpx.Client(verify=latency.client_context(certs), timeout=5) as client:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"the Python floor ({server}) exited with {self.proc.returncode}: "
-                                       f"{self.proc.stderr.read().decode() if self.proc.stderr else ''}")
-                try:
-                    if client.get(self.url + "/readyz").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"the Python floor ({server}) did not answer /readyz within {STARTUP_SECONDS} s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 if __name__ == "__main__":
