@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -61,12 +61,20 @@ def prioritize(pod_metadata: Mapping[str, Any] | None, nodes: Sequence[str], pol
     return [combine(own, mine, 1.0, load_weight) for own, mine in zip(policy_scores, by_load, strict=True)]
 
 
+class Kept(NamedTuple):
+    """An answer kept for reuse: its bytes, the nodes it fails, how many candidates it decided."""
+    answer: bytes
+    failed: dict[str, str]
+    candidates: int
+
+
 class Decider:
     """kube-scheduler's filter and prioritize for one request, answered as the bytes to send.
 
     Between two syncs (the engine's view is the same object) the answer for one policy and one
     list of candidate names is the same, so in NodeNames mode it is computed once and reused: the
-    next pod of that policy costs a dictionary lookup. A new view (new metrics, a policy changed)
+    next pod of that policy costs a dictionary lookup, by the names' array as the scheduler wrote
+    it (wire.parse does not decode an array it finds in `known_names`). A new view (new metrics, a policy changed)
     drops every reused answer. With load-aware mode on nothing is reused: a load answer depends on
     the clock and on every binding. Full-Nodes answers carry the Node objects as sent and are
     always built afresh; their decision is the same either way.
@@ -78,10 +86,20 @@ class Decider:
                  reuse_limit: int = 1024):
         self.engine, self.telemetry, self.load, self.load_weight = engine, telemetry, load, load_weight
         self.decided, self.audit_events, self.reuse_limit = decided, audit_events, reuse_limit
+        if telemetry is not None:  # the counters' children looked up once, not on every call
+            self._passed_total = telemetry.decisions.labels("filter", "passed")
+            self._failed_total = telemetry.decisions.labels("filter", "failed")
+            self._scored_total = telemetry.decisions.labels("prioritize", "scored")
         self._lock = threading.Lock()
         self._reused_view: View | None = None
-        # (verb, policy key, names) -> (the answer, the nodes it fails)
-        self._answers: dict[tuple, tuple[bytes, dict[str, str]]] = {}
+        # The NodeNames array as sent -> (verb, policy key) -> the answer kept
+        self._answers: dict[bytes, dict[tuple[str, str | None], Kept]] = {}
+
+    @property
+    def known_names(self) -> Container[bytes]:
+        """NodeNames arrays (as sent) that have been decoded and decided before: wire.parse need
+        not decode them again to find their answer."""
+        return self._answers
 
     # --- the decision, as values (evaluate and the HTTP answers below) ----------------------
 
@@ -115,56 +133,54 @@ class Decider:
         if policy is not None and policy.audit:
             self._audit(policy, args.pod, args.names)
         policy = enforced(policy)
-        key, view, reused = self._reused("filter", policy, args)
-        if reused is not None:
-            answer, failed = reused
-        else:
+        key, view, kept = self._reused("filter", policy, args)
+        if kept is None:
             failed = self._failed(policy, args.pod, args.names)
-            answer = wire.filter_result(args, failed)
-            self._keep(key, view, answer, failed)
+            kept = Kept(wire.filter_result(args, failed), failed, len(args.names))
+            self._keep(key, view, kept)
         if policy is not None and log.isEnabledFor(logging.INFO):
-            _log_filter(policy.name, args.names, failed)
+            _log_filter(policy.name, args.names, kept.failed)
         if self.telemetry is not None:
-            self.telemetry.decisions.labels("filter", "passed").inc(len(args.names) - len(failed))
-            self.telemetry.decisions.labels("filter", "failed").inc(len(failed))
-        return answer
+            self._passed_total.inc(kept.candidates - len(kept.failed))
+            self._failed_total.inc(len(kept.failed))
+        return kept.answer
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         """The HostPriorityList for a request."""
         policy = enforced(self.engine.policy_for(args.pod))
-        key, view, reused = self._reused("prioritize", policy, args)
-        if reused is not None:
-            answer = reused[0]
-        else:
+        key, view, kept = self._reused("prioritize", policy, args)
+        if kept is None:
             scores = self._scores(policy, args.pod, args.names)
-            answer = orjson.dumps([{"Host": node, "Score": score}
-                                   for node, score in zip(args.names, scores, strict=True)])
-            self._keep(key, view, answer, {})
+            kept = Kept(orjson.dumps([{"Host": node, "Score": score}
+                                      for node, score in zip(args.names, scores, strict=True)]), {}, len(args.names))
+            self._keep(key, view, kept)
         if self.telemetry is not None:
-            self.telemetry.decisions.labels("prioritize", "scored").inc(len(args.names))
-        return answer
+            self._scored_total.inc(kept.candidates)
+        return kept.answer
 
     # --- reuse -------------------------------------------------------------------------------
 
     def _reused(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs
-                ) -> tuple[tuple | None, View, tuple[bytes, dict[str, str]] | None]:
+                ) -> tuple[tuple[bytes, tuple[str, str | None]] | None, View, Kept | None]:
         """(key, the view the answer stands on, the answer kept for it or None). The key is None
         where nothing is reused: load-aware mode, full Node objects."""
         view = self.engine.view  # taken first: an answer computed now stands on this view or a newer one
-        if self.load is not None or args.nodes is not None:
+        if self.load is not None or args.names_json is None:
             return None, view, None
-        # The names as a tuple: each name's hash is cached by Python, so this is one pass in C.
-        key = (verb, policy.key if policy is not None else None, tuple(args.names))
+        # The array as sent: one hash of its bytes (kept by the bytes object), one comparison.
+        key = (args.names_json, (verb, policy.key if policy is not None else None))
         with self._lock:
-            return key, view, self._answers.get(key) if self._reused_view is view else None
+            if self._reused_view is not view:
+                return key, view, None
+            return key, view, self._answers.get(key[0], {}).get(key[1])
 
-    def _keep(self, key: tuple | None, view: View, answer: bytes, failed: dict[str, str]) -> None:
+    def _keep(self, key: tuple[bytes, tuple[str, str | None]] | None, view: View, kept: Kept) -> None:
         if key is None or view is not self.engine.view:  # a sync came in between: not kept
             return
         with self._lock:
             if self._reused_view is not view or len(self._answers) >= self.reuse_limit:
                 self._answers, self._reused_view = {}, view
-            self._answers[key] = (answer, failed)
+            self._answers.setdefault(key[0], {})[key[1]] = kept
 
     # --- telemetry and logs ------------------------------------------------------------------
 

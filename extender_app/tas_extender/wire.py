@@ -6,10 +6,15 @@ Python objects for all of that costs far more than the decision itself, so the b
 with msgspec against the few fields the decision reads (the pod's metadata, each node's name):
 every other field is skipped in C, and each Node object stays a view of the request's own bytes
 (msgspec.Raw), which the filter answer copies back, as sent, for the passing nodes.
+
+In NodeNames mode the array of names is kept as sent too (`ExtenderArgs.names_json`): it is the
+key of an answer reused between syncs (decision.Decider), and an array already decided once need
+not be decoded again, into a thousand strings hashed and compared one by one, to be found.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +46,7 @@ class _NodeList(msgspec.Struct):
 class _Args(msgspec.Struct):
     Pod: _Pod
     Nodes: _NodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw()  # as sent (b"null" when null, empty when not sent)
 
 
 class _NodeMeta(msgspec.Struct):
@@ -54,24 +59,37 @@ class _Node(msgspec.Struct):
 
 _ARGS = msgspec.json.Decoder(_Args)
 _NODE = msgspec.json.Decoder(_Node)
+_NAMES = msgspec.json.Decoder(list[str])
 
 
 @dataclass
 class ExtenderArgs:
     pod: dict[str, Any]  # the pod's metadata (name, namespace, labels, ownerReferences)
-    names: list[str]  # candidate node names, in the order the scheduler sent them
     nodes: _NodeList | None  # full-Nodes mode: the NodeList, its Node objects unread
+    names_json: bytes | None = None  # NodeNames mode: the array of names as sent
+    _names: list[str] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The candidate node names, in the order the scheduler sent them."""
+        if self._names is None:
+            assert self.names_json is not None  # one of the two is set by parse
+            self._names = _decode_names(self.names_json)
+        return self._names
 
 
 # Where msgspec says a value has the wrong type, what to tell the caller.
 _WRONG = (("`$.Pod", "ExtenderArgs.Pod must be an object with metadata"),
-          ("`$.NodeNames", "ExtenderArgs.NodeNames must be a list of strings"),
           ("`$.Nodes", "ExtenderArgs.Nodes.items must be a list of Nodes with metadata.name"))
-_BAD_NODES = _WRONG[2][1]
+_BAD_NODES = _WRONG[1][1]
+_BAD_NAMES = "ExtenderArgs.NodeNames must be a list of strings"  # the array is decoded apart
 
 
-def parse(raw: bytes | bytearray) -> ExtenderArgs:
-    """ExtenderArgs from a request body; BadRequest (400) names what is wrong with it."""
+def parse(raw: bytes | bytearray, known: Container[bytes] = ()) -> ExtenderArgs:
+    """ExtenderArgs from a request body; BadRequest (400) names what is wrong with it.
+
+    `known`: NodeNames arrays (as sent) decoded before, which are not decoded again here; their
+    names are decoded when first read, if ever."""
     try:
         args = _ARGS.decode(raw)
     except msgspec.ValidationError as error:
@@ -81,21 +99,35 @@ def parse(raw: bytes | bytearray) -> ExtenderArgs:
             message = ("ExtenderArgs must be a JSON object" if " - at " not in where
                        else f"ExtenderArgs is not usable: {where}")
         raise BadRequest(400, message) from None
-    except msgspec.DecodeError as error:
-        raise BadRequest(400, f"request body is not valid JSON: {error}") from None
-    except UnicodeDecodeError as error:
-        raise BadRequest(400, f"request body is not valid JSON: a string is not UTF-8 ({error.reason})") from None
-    except RecursionError:
-        raise BadRequest(400, "request body is not valid JSON: nested too deep") from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise _not_json(error) from None
     meta = args.Pod.metadata
     labels = meta.get("labels")
     if labels is not None and not isinstance(labels, dict):
         raise BadRequest(400, "Pod.metadata.labels must be an object")
     if args.Nodes is not None:
-        return ExtenderArgs(meta, _node_names(args.Nodes.items), args.Nodes)
-    if args.NodeNames is not None:
-        return ExtenderArgs(meta, args.NodeNames, None)
+        return ExtenderArgs(meta, args.Nodes, _names=_node_names(args.Nodes.items))
+    names_json = bytes(args.NodeNames)
+    if names_json not in (b"", b"null"):
+        return ExtenderArgs(meta, None, names_json, None if names_json in known else _decode_names(names_json))
     raise BadRequest(400, "ExtenderArgs has neither Nodes nor NodeNames")
+
+
+def _decode_names(names_json: bytes) -> list[str]:
+    try:
+        return _NAMES.decode(names_json)
+    except msgspec.ValidationError:
+        raise BadRequest(400, _BAD_NAMES) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as error:
+        raise _not_json(error) from None
+
+
+def _not_json(error: Exception) -> BadRequest:
+    if isinstance(error, UnicodeDecodeError):
+        return BadRequest(400, f"request body is not valid JSON: a string is not UTF-8 ({error.reason})")
+    if isinstance(error, RecursionError):
+        return BadRequest(400, "request body is not valid JSON: nested too deep")
+    return BadRequest(400, f"request body is not valid JSON: {error}")
 
 
 # How Go's encoding/json writes a v1.Node in a list: metadata first, name first in it (a list's

@@ -132,6 +132,17 @@ def test_another_candidate_is_decided_not_given_the_answer_for_the_others(parts)
     assert orjson.loads(with_node_4)["NodeNames"] == ["node-1", "node-2", "node-3"]
 
 
+def test_the_same_names_written_otherwise_are_decided_afresh_and_answered_alike(parts):
+    _, engine, _ = parts
+    decider, counted = Decider(engine), Counted(engine)
+    sent = json.loads((FIXTURES / "scheduler-requests" / "filter-node-names-k8s1.36.json").read_text())
+    compact, spaced = (wire.parse(json.dumps(sent, separators=separators).encode())
+                       for separators in ((",", ":"), (", ", ": ")))
+    assert compact.names_json != spaced.names_json  # the key is the array as sent
+    assert decider.filter(compact) == decider.filter(spaced)
+    assert counted.failed == 2
+
+
 def test_a_policy_in_audit_mode_is_reported_on_every_call_though_the_answer_is_reused(parts):
     store, engine, _ = parts
     audit = parse_policy({**_demo(), "metadata": {"name": "demo-policy", "namespace": "health-metric-demo",

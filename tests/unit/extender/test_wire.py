@@ -46,6 +46,22 @@ def test_node_names_mode_answers_with_names_only():
     assert result["FailedNodes"] == {"node-3": "hot"}
 
 
+def test_a_names_array_decided_before_is_not_decoded_again_until_read():
+    raw = json.dumps(_real("filter-node-names"), separators=(",", ":")).encode()
+    names_json = wire.parse(raw).names_json
+    assert names_json == b'["node-1","node-2","node-3"]'
+    known = wire.parse(raw, known={names_json})
+    assert known._names is None and known.names_json == names_json
+    assert known.names == ["node-1", "node-2", "node-3"]  # decoded when read
+
+
+def test_a_malformed_names_array_is_refused_though_another_is_known():
+    known = {b'["node-1"]'}
+    with pytest.raises(wire.BadRequest) as refused:
+        wire.parse(b'{"Pod": {}, "NodeNames": ["node-1", 2]}', known=known)
+    assert refused.value.status == 400 and "list of strings" in refused.value.message
+
+
 def test_the_pod_metadata_is_plain_python():
     args = wire.parse(json.dumps(_real("filter-node-names")).encode())
     assert isinstance(args.pod, dict) and args.pod["labels"]["telemetry-policy"] == "demo-policy"
@@ -74,9 +90,10 @@ def test_a_node_name_not_written_as_go_writes_it_is_read_whole(item):
     (b'{"Pod": {}, "Nodes": []}', "metadata.name"),
     (b'{"Pod": {}, "NodeNames": "node-1"}', "list of strings"),
     (b'{"Pod": {}, "NodeNames": [["node-1"]]}', "list of strings"),
+    (b'{"Pod": {}, "NodeNames": null}', "neither Nodes nor NodeNames"),
 ], ids=["not UTF-8", "pod name not UTF-8", "node name not UTF-8", "item name not UTF-8",
         "spaced item name not UTF-8", "nested past 1024", "empty", "null metadata", "items not a list", "name not a string",
-        "Nodes not an object", "NodeNames a string", "NodeNames nested"])
+        "Nodes not an object", "NodeNames a string", "NodeNames nested", "NodeNames null"])
 def test_unusable_args_are_refused_with_what_is_wrong(raw, message):
     with pytest.raises(wire.BadRequest) as refused:
         wire.parse(raw)
