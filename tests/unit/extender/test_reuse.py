@@ -110,6 +110,26 @@ def test_new_metrics_are_answered_in_the_round_that_fetched_them(parts, metrics)
     assert decider.prioritize(body("prioritize")) != before
 
 
+def test_a_sync_that_finds_every_value_as_it_was_keeps_the_answers(parts, metrics):
+    _, engine, sync = parts
+    decider, counted = Decider(engine), Counted(engine)
+    view = engine.view
+    before = decider.filter(body("filter"))
+    metrics.write_text(metrics.read_text())  # written again, the same values: read again
+    sync()
+    assert engine.view is view
+    assert decider.filter(body("filter")) == before
+    assert counted.failed == 1
+
+
+def test_a_node_the_node_watch_adds_makes_a_new_view_in_that_round(parts):
+    _, engine, sync = parts
+    view = engine.view
+    engine.known_nodes = {"node-5"}  # what the node watch does
+    sync()
+    assert engine.view is not view and "node-5" in engine.view.evaluated
+
+
 def test_a_changed_policy_is_answered_at_once(parts):
     store, engine, _ = parts
     decider = Decider(engine)
