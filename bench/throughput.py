@@ -275,11 +275,21 @@ def filter_calls(url_prefix: str, tls: dict[str, str]) -> float:
 
 
 def ensure_namespace(api: client.ApiClient) -> None:
+    """The namespace, with no bench pods left in it: a run cut off keeps its Deployment in the
+    cluster's state, and the next run's watch would count those pods, bound already, as its own."""
+    core = client.CoreV1Api(api)
     try:
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     except client.ApiException as error:
         if error.status != 409:
             raise
+    try:
+        client.AppsV1Api(api).delete_namespaced_deployment("bench", NAMESPACE)
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector="app=bench").items,
+               600, "bench pods left by an earlier run deleted")
 
 
 def main(argv: list[str] | None = None, probe: Probe | None = None) -> None:
