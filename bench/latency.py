@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import httpx
 from cryptography import x509
@@ -52,6 +52,9 @@ class Sample:
     server_cpu_ms_per_request: float
     server_peak_rss_mib: float
     log_level: str = "warning"
+    # The p50 and p99 are of every call of every round; each round's own p99 shows the spread.
+    rounds: int = 1
+    p99_ms_by_round: list[float] = field(default_factory=list)
 
 
 # --- certificates -------------------------------------------------------------------------
@@ -243,11 +246,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int],
-            requests: dict[str, int], log_level: str = "warning") -> list[Sample]:
+            requests: dict[str, int], log_level: str = "warning", rounds: int = 1) -> list[Sample]:
     """`log_level` warning keeps the extender's log lines out of the figures; info is the
     collection's default, where each filter call logs TAS's lines (the nodes that passed and up
-    to 20 violating ones)."""
-    samples: list[Sample] = []
+    to 20 violating ones). Every row is run `rounds` times, one round of all rows after another,
+    so that a pause of the machine lasting some seconds lands in one round of a row, not in all."""
     with tempfile.TemporaryDirectory() as tmp:
         d = pathlib.Path(tmp)
         make_certs(d)
@@ -255,28 +258,37 @@ def measure(nodes: int, policies: int, modes: list[str], concurrencies: list[int
         write_policies(d / "policies.yaml", policies)
         write_metrics(d / "metrics.prom", names)
         server = Server(d, d / "policies.yaml", d / "metrics.prom", log_level)
+        rows = [(mode, verb, concurrency) for mode in modes for verb in ("filter", "prioritize")
+                for concurrency in concurrencies]
+        bodies = {mode: request_body(mode, names) for mode in modes}
+        # row -> (every call's seconds, each round's p99, CPU seconds, wall seconds, calls incl. warm-up)
+        runs: dict[tuple[str, str, int], tuple[list[float], list[float], list[float], list[float], list[int]]] = {
+            row: ([], [], [], [], []) for row in rows}
         try:
-            for mode in modes:
-                body = request_body(mode, names)
-                for verb in ("filter", "prioritize"):
-                    for concurrency in concurrencies:
-                        n = requests[mode]
-                        cpu0 = server.cpu_seconds()
-                        lat, wall = run_load(server, verb, body, n, concurrency)
-                        cpu = server.cpu_seconds() - cpu0
-                        samples.append(Sample(
-                            verb=verb, mode=mode, nodes=nodes, policies=policies,
-                            concurrency=concurrency, requests=len(lat), body_bytes=len(body),
-                            p50_ms=round(statistics.median(lat) * 1000, 3),
-                            p99_ms=round(percentile(lat, 99) * 1000, 3),
-                            max_ms=round(max(lat) * 1000, 3),
-                            requests_per_second=round(len(lat) / wall, 1),
-                            # The warm-up requests are in the CPU time too; the error is 1/n.
-                            server_cpu_ms_per_request=round(cpu / (len(lat) + concurrency) * 1000, 3),
-                            server_peak_rss_mib=round(server.peak_rss_mib(), 1), log_level=log_level))
-                        print(json.dumps(asdict(samples[-1])), flush=True)
+            for _ in range(rounds):
+                for row in rows:
+                    mode, verb, concurrency = row
+                    cpu0 = server.cpu_seconds()
+                    lat, wall = run_load(server, verb, bodies[mode], requests[mode], concurrency)
+                    every, p99s, cpus, walls, calls = runs[row]
+                    cpus.append(server.cpu_seconds() - cpu0)
+                    every += lat
+                    p99s.append(round(percentile(lat, 99) * 1000, 3))
+                    walls.append(wall)
+                    calls.append(len(lat) + concurrency)  # the warm-up requests are in the CPU time too
+            peak = round(server.peak_rss_mib(), 1)  # the server's peak over all its rows and rounds
         finally:
             server.stop()
+    samples = []
+    for (mode, verb, concurrency), (every, p99s, cpus, walls, calls) in runs.items():
+        samples.append(Sample(
+            verb=verb, mode=mode, nodes=nodes, policies=policies, concurrency=concurrency,
+            requests=len(every), body_bytes=len(bodies[mode]),
+            p50_ms=round(statistics.median(every) * 1000, 3), p99_ms=round(percentile(every, 99) * 1000, 3),
+            max_ms=round(max(every) * 1000, 3), requests_per_second=round(len(every) / sum(walls), 1),
+            server_cpu_ms_per_request=round(sum(cpus) / sum(calls) * 1000, 3),
+            server_peak_rss_mib=peak, log_level=log_level, rounds=rounds, p99_ms_by_round=p99s))
+        print(json.dumps(asdict(samples[-1])), flush=True)
     return samples
 
 
