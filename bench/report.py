@@ -83,8 +83,6 @@ def write(results: pathlib.Path, docs: pathlib.Path) -> None:
         cols = ["verb", "mode", "nodes", "policies", "concurrency", "requests", "body_bytes",
                 "p50_ms", "p99_ms", "p99_ms_by_round", "max_ms", "requests_per_second",
                 "server_cpu_ms_per_request", "server_peak_rss_mib"]
-        for sample in latency:  # results from before rounds were kept have one
-            sample.setdefault("p99_ms_by_round", [sample["p99_ms"]])
         out += ["## Extender latency (mTLS, `tas-extender serve`)", "",
                 "From `bench/load_client` (Go), one keep-alive connection per caller. Each run sends one request "
                 "again and again, so from the second call on the NodeNames answer is a reused one (`Decider`). "

@@ -96,7 +96,8 @@ class Verbs:
         self.answers = {"/scheduler/filter": ("filter", decider.filter),
                         "/scheduler/prioritize": ("prioritize", decider.prioritize)}
         # The histogram's children looked up once (none without telemetry: an app made only for its document)
-        self._latency = {verb: telemetry.latency.labels(verb) for verb, _ in self.answers.values()} if telemetry else {}
+        self._latency = ({path: telemetry.latency.labels(verb) for path, (verb, _) in self.answers.items()}
+                         if telemetry else {})
         self._by_raw_path = {path.encode(): path for path in self.answers}  # for fastpath.py
         self._one_large = asyncio.Lock()
 
@@ -127,7 +128,7 @@ class Verbs:
 
     def answered(self, path: str, start: float) -> None:
         """Count a call answered 200 (`start`: when its head was read) in the latency histogram."""
-        self._latency[self.answers[path][0]].observe(time.perf_counter() - start)
+        self._latency[path].observe(time.perf_counter() - start)
 
     def _refused(self, verb: str, refused: wire.BadRequest) -> tuple[int, bytes]:
         self.telemetry.bad_requests.labels(verb, str(refused.status)).inc()
