@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Build the local cluster's Go binaries from the Go module proxy, once per version.
+# Build the local clusters' Go binaries from the Go module proxy, once per version.
 #
 # Each binary lands in $TAS_BIN_CACHE/<component>-<version>/ and is skipped when already there,
-# so a warm cache costs nothing. Versions come from the environment (the cluster roles pass
-# their defaults); nothing here pins a version of its own. Each component asks for its own
-# version variable, so a caller only sets the ones it builds.
+# so a warm cache costs nothing. Versions come from the environment (the cluster_binaries role
+# passes its cluster_binaries_versions); nothing here pins a version of its own. Each component
+# asks for its own version variable, so a caller only sets the ones it builds.
 set -euo pipefail
 
 : "${TAS_BIN_CACHE:?set TAS_BIN_CACHE to the cache directory}"
