@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import ipaddress
 import json
 import os
 import pathlib
@@ -24,12 +25,11 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from bench import gobuild
 from tests.support import free_port
+from tests.support.pki import Pki
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "scheduler-requests"
@@ -59,42 +59,14 @@ class Sample:
 
 # --- certificates -------------------------------------------------------------------------
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _write(path: pathlib.Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
-    path.with_suffix(".key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
-    path.with_suffix(".key").chmod(0o600)
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
 def make_certs(directory: pathlib.Path) -> None:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, as in production."""
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as in production (the
+    tests' PKI, tests/support/pki.py)."""
     now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("bench-ca")).issuer_name(_name("bench-ca"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    _write(directory / "ca", ca_key, ca)
-    for name, usage, sans in (
-        ("server", ExtendedKeyUsageOID.SERVER_AUTH,
-         [x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-        ("client", ExtendedKeyUsageOID.CLIENT_AUTH, []),
-    ):
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (x509.CertificateBuilder().subject_name(_name(f"bench-{name}"))
-                   .issuer_name(ca.subject).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now)
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        _write(directory / name, key, builder.sign(ca_key, hashes.SHA256()))
+    pki = Pki(directory, common_name="bench-ca", path_length=None, now=now, not_before=now)
+    pki.leaf("server", sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+             common_name="bench-server", not_before=now)
+    pki.leaf("client", usage=ExtendedKeyUsageOID.CLIENT_AUTH, common_name="bench-client", not_before=now)
 
 
 def client_context(directory: pathlib.Path, ca: pathlib.Path | None = None) -> ssl.SSLContext:

@@ -1,11 +1,9 @@
-"""The real `tas-extender serve` process over HTTP(S), and a PKI made for it with `cryptography`."""
+"""The real `tas-extender serve` process over HTTP(S), and a PKI made for it (support.pki)."""
 
 from __future__ import annotations
 
-import datetime
 import ipaddress
 import pathlib
-import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -13,11 +11,10 @@ from dataclasses import dataclass
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from support import free_port, tas_extender_command
+from support.pki import Pki
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 STARTUP_SECONDS = 30
@@ -25,65 +22,16 @@ STARTUP_SECONDS = 30
 
 # --- certificates -------------------------------------------------------------------------
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _save(directory: pathlib.Path, stem: str, key: ec.EllipticCurvePrivateKey,
-          cert: x509.Certificate) -> None:
-    (directory / f"{stem}.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def _issue(directory: pathlib.Path, stem: str, issuer: x509.Certificate | None,
-           issuer_key: ec.EllipticCurvePrivateKey | None, **kind) -> tuple:
-    """Write stem.key/stem.crt: a CA when issuer is None, else a leaf signed by it."""
-    now = datetime.datetime.now(datetime.timezone.utc)
-    key = ec.generate_private_key(ec.SECP256R1())
-    builder = (x509.CertificateBuilder().subject_name(_name(stem)).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=1))
-               .not_valid_after(now + datetime.timedelta(days=1)))
-    if issuer is None:
-        builder = builder.issuer_name(_name(stem)).add_extension(
-            x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        issuer_key = key
-    else:
-        builder = builder.issuer_name(issuer.subject).add_extension(
-            x509.ExtendedKeyUsage([kind["usage"]]), critical=False)
-        if kind.get("sans"):
-            builder = builder.add_extension(x509.SubjectAlternativeName(kind["sans"]), critical=False)
-    cert = builder.sign(issuer_key, hashes.SHA256())
-    _save(directory, stem, key, cert)
-    return cert, key
-
-
-@dataclass(frozen=True)
-class Pki:
-    """Paths of: the CA, the server pair it signed, a client pair it signed, a client of another CA."""
-
-    directory: pathlib.Path
-
-    def path(self, name: str) -> str:
-        return str(self.directory / name)
-
-    def client_context(self, client: str = "client") -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.path("ca.crt"))
-        context.load_cert_chain(self.path(f"{client}.crt"), self.path(f"{client}.key"))
-        return context
-
-
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory) -> Pki:
+    """The CA (ca), the server pair it signed (server), a client pair it signed (client), and a
+    client of another CA (other-ca, stranger)."""
     directory = tmp_path_factory.mktemp("pki")
-    ca, ca_key = _issue(directory, "ca", None, None)
-    _issue(directory, "server", ca, ca_key, usage=ExtendedKeyUsageOID.SERVER_AUTH,
-           sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
-    _issue(directory, "client", ca, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
-    other, other_key = _issue(directory, "other-ca", None, None)
-    _issue(directory, "stranger", other, other_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
-    return Pki(directory)
+    pki = Pki(directory)
+    pki.leaf("server", sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
+    pki.leaf("client", usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    Pki(directory, "other-ca").leaf("stranger", usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    return pki
 
 
 # --- the served process -------------------------------------------------------------------
@@ -182,11 +130,7 @@ def own_tls_server(pki, tmp_path):
                                     "--cacert", str(tmp_path / "ca.crt")])
 
     def renew() -> x509.Certificate:
-        ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
-        ca_key = serialization.load_pem_private_key((tmp_path / "ca.key").read_bytes(), None)
-        cert, _ = _issue(tmp_path, "server", ca, ca_key, usage=ExtendedKeyUsageOID.SERVER_AUTH,
-                         sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-        return cert
+        return Pki.load(tmp_path).leaf("server", sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
 
     try:
         wait_ready(served, verify=pki.client_context())

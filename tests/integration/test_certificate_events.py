@@ -20,45 +20,23 @@ from collections.abc import Iterator
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client
 from support import free_port, tas_extender_command, wait_for
+from support.pki import Pki
 from test_controller import crd  # noqa: F401 - a fixture
 
 DEADLINE = 60  # the extender checks every 10 s, and only once it leads
 REASON = "CertificateExpiring"
 
 
-def _issue(directory: pathlib.Path, stem: str, days: int, issuer: tuple | None = None,
-           usage=None) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    now = datetime.datetime.now(datetime.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, stem)])
-    issuer_cert, issuer_key = issuer or (None, key)
-    builder = (x509.CertificateBuilder().subject_name(name)
-               .issuer_name(issuer_cert.subject if issuer_cert else name).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(days=days)))
-    if issuer is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-    else:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False).add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-    cert = builder.sign(issuer_key, hashes.SHA256())
-    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / f"{stem}.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return cert, key
-
-
 @pytest.fixture
 def pki(tmp_path) -> dict[str, x509.Certificate]:
-    ca = _issue(tmp_path, "ca", 3650)
-    server, _ = _issue(tmp_path, "server", 10, ca, ExtendedKeyUsageOID.SERVER_AUTH)
-    client_cert, _ = _issue(tmp_path, "client", 5, ca, ExtendedKeyUsageOID.CLIENT_AUTH)
-    return {"dir": tmp_path, "ca": ca[0], "server": server, "client": client_cert}
+    now = datetime.datetime.now(datetime.UTC)
+    authority = Pki(tmp_path, now=now, not_after=now + datetime.timedelta(days=3650))
+    server = authority.leaf("server", datetime.timedelta(days=10), ExtendedKeyUsageOID.SERVER_AUTH, ["localhost"])
+    client_cert = authority.leaf("client", datetime.timedelta(days=5), ExtendedKeyUsageOID.CLIENT_AUTH, ["localhost"])
+    return {"dir": tmp_path, "ca": authority.ca, "server": server, "client": client_cert}
 
 
 @pytest.fixture

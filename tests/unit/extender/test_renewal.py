@@ -14,12 +14,13 @@ import threading
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from support.pki import Pki, pem_key
 from tas_extender.cli import parser
 from tas_extender.cli.renew import RenewSettings, renew_until_stopped
 from tas_extender.renewal import SecretTarget, renew_once, replace_file
@@ -29,67 +30,17 @@ DAY = datetime.timedelta(days=1)
 RENEW_BEFORE = 30 * DAY
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-class Pki:
+def role_pki(directory: pathlib.Path) -> Pki:
     """A certificates directory as the certificates role writes it: ca.crt/ca.key (secp384r1) and
-    leaves (secp256r1) with the extensions community.crypto's ownca provider gives them."""
-
-    def __init__(self, directory: pathlib.Path):
-        self.directory = directory
-        self.ca_key = ec.generate_private_key(ec.SECP384R1())
-        self.ca = (x509.CertificateBuilder().subject_name(_name("tas-extender-ca")).issuer_name(_name("tas-extender-ca"))
-                   .public_key(self.ca_key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(NOW - 100 * DAY).not_valid_after(NOW + 3000 * DAY)
-                   .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.ca_key.public_key()), critical=False)
-                   .sign(self.ca_key, hashes.SHA256()))
-        (directory / "ca.crt").write_bytes(self.ca.public_bytes(serialization.Encoding.PEM))
-        (directory / "ca.key").write_bytes(_pem_key(self.ca_key))
-        (directory / "ca.key").chmod(0o600)
-        self.keys: dict[str, ec.EllipticCurvePrivateKey] = {}
-
-    def leaf(self, stem: str, expires_in: datetime.timedelta, usage=ExtendedKeyUsageOID.SERVER_AUTH,
-             sans: tuple[str, ...] = ()) -> x509.Certificate:
-        """Write stem.key (unless there) and stem.crt, valid for 365 days ending `expires_in` from NOW."""
-        path = self.directory / f"{stem}.crt"
-        path.parent.mkdir(exist_ok=True)
-        key = self.keys.setdefault(stem, ec.generate_private_key(ec.SECP256R1()))
-        not_after = NOW + expires_in
-        builder = (x509.CertificateBuilder().subject_name(_name(pathlib.Path(stem).name)).issuer_name(self.ca.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(not_after - 365 * DAY).not_valid_after(not_after)
-                   .add_extension(x509.KeyUsage(True, True, False, False, False, False, False, False, False),
-                                  critical=False)
-                   .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()),
-                                  critical=False))
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(s) for s in sans]), False)
-        certificate = builder.sign(self.ca_key, hashes.SHA256())
-        path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-        path.chmod(0o644)
-        key_path = path.with_suffix(".key")
-        if not key_path.exists():
-            key_path.write_bytes(_pem_key(key))
-            key_path.chmod(0o600)
-        return certificate
-
-    def read(self, stem: str) -> x509.Certificate:
-        return x509.load_pem_x509_certificate((self.directory / f"{stem}.crt").read_bytes())
+    leaves (secp256r1) with the extensions community.crypto's ownca provider gives them, each
+    valid for 365 days ending `expires_in` from NOW."""
+    return Pki(directory, common_name="tas-extender-ca", curve=ec.SECP384R1(), now=NOW,
+               not_before=NOW - 100 * DAY, not_after=NOW + 3000 * DAY, like_the_role=True, leaf_lifetime=365 * DAY)
 
 
 @pytest.fixture
 def pki(tmp_path) -> Pki:
-    return Pki(tmp_path)
+    return role_pki(tmp_path)
 
 
 def _extensions(certificate: x509.Certificate) -> dict:
@@ -171,12 +122,12 @@ def test_a_reader_sees_the_old_file_or_the_new_one_never_half(tmp_path):
 
 
 def _another_key(pki: Pki) -> None:
-    (pki.directory / "extender.key").write_bytes(_pem_key(ec.generate_private_key(ec.SECP256R1())))
+    (pki.directory / "extender.key").write_bytes(pem_key(ec.generate_private_key(ec.SECP256R1())))
 
 
 def _another_ca(pki: Pki) -> None:
     (pki.directory / "other").mkdir()
-    stranger = Pki(pki.directory / "other").leaf("extender", DAY)
+    stranger = role_pki(pki.directory / "other").leaf("extender", DAY)
     (pki.directory / "extender.crt").write_bytes(stranger.public_bytes(serialization.Encoding.PEM))
 
 
@@ -233,7 +184,7 @@ TARGET = SecretTarget("telemetry-aware-scheduling", "extender-secret", "extender
 
 def _secret_data(pki: Pki, stem: str, certificate: x509.Certificate, key=None) -> dict[str, bytes]:
     return {"tls.crt": certificate.public_bytes(serialization.Encoding.PEM),
-            "tls.key": _pem_key(key or pki.keys[stem]), "ca.crt": (pki.directory / "ca.crt").read_bytes()}
+            "tls.key": pem_key(key or pki.keys[stem]), "ca.crt": (pki.directory / "ca.crt").read_bytes()}
 
 
 def test_a_due_secret_gets_the_renewed_certificate_and_keeps_its_key(pki):
