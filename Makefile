@@ -21,7 +21,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-binaries real-cluster-down demo demo-kwok test unit lint integration molecule realnode realnode-upgrade realnode-managed reliability bench soak clean
+.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-images real-cluster-down demo demo-kwok test unit lint integration molecule realnode reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -52,9 +52,9 @@ real-cluster: venv ## Bring the real-node cluster up: kubeadm, a control plane a
 	ansible-playbook -i inventory/real playbooks/real_cluster.yml
 
 # At the lowest CPU priority: make test runs it beside the KWOK scenario, whose waits leave a core
-# idle much of the time, so that the real-node scenario finds its binaries built.
-real-cluster-binaries: venv ## Build the real-node cluster's binaries into the cache, and nothing else
-	nice -n 19 ansible-playbook -i inventory/real playbooks/real_cluster.yml -e cluster_state=binaries
+# idle much of the time, so that the real-node scenarios find their binaries and images built.
+real-cluster-images: venv ## Build the real-node cluster's binaries and images into the cache, and nothing else
+	nice -n 19 ansible-playbook -i inventory/real playbooks/real_cluster.yml -e cluster_state=images
 
 real-cluster-down: venv ## Stop the real-node cluster and leave the machine as it was
 	ansible-playbook -i inventory/real playbooks/real_cluster.yml -e cluster_state=absent
@@ -99,17 +99,13 @@ integration: cluster ## Tests against the local cluster's real API server (made 
 reliability: venv ## Faults, failover and RBAC against the stack `make demo-kwok` provisioned (molecule's verify runs them too)
 	pytest -p no:cacheprovider tests/reliability
 
-molecule: venv ## The health-metric demo end to end: cluster up, converge, idempotence, verify, down
-	molecule test -s default
+molecule: venv ## The health-metric demo end to end on the KWOK cluster: cluster up, converge, idempotence, verify, down
+	molecule test -s kwok
 
-realnode: venv ## The roles' defaults on real nodes: cluster up, site.yml twice, the demo and tests, down (host as before)
-	$(ON_REAL_CLUSTER) molecule test -s realnode
-
-realnode-upgrade: venv ## The same with the upgrade from the previous release under load (about 14 min more; not in make test yet)
-	$(ON_REAL_CLUSTER) TAS_UPGRADE_CHECK=1 molecule test -s realnode
-
-realnode-managed: venv ## The same with the cluster's second up, the second uninstall, then the cluster as a managed one: the second scheduler installed, checked, removed (about 10 min more; not in make test)
-	$(ON_REAL_CLUSTER) TAS_MANAGED_CHECK=1 molecule test -s realnode
+# One real-node cluster for the three scenarios (molecule's shared state): the default scenario's
+# create brings it up and its destroy takes it down and compares the host; each runs alone too.
+realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall), the cluster as a managed one, the upgrade from the previous release; down (host as before)
+	$(ON_REAL_CLUSTER) molecule test -s default -s managed -s upgrade
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.
@@ -117,37 +113,8 @@ export TAS_TEST_FAILURES := $(CURDIR)/build/test-failures.txt
 # ... and its slowest tests here, for finding where the time goes
 export TAS_TEST_DURATIONS := $(CURDIR)/build/test-durations.txt
 
-# Targets joined by "+" run side by side, the first one's output shown as it comes, each other's
-# kept in build/<target>.log and shown when all are done. Unit and lint need no cluster and each
-# mostly keeps one core busy. The real-node cluster's own binaries (cold, about 9 minutes of both
-# cores) build while the KWOK scenario waits on its cluster; those the two clusters share were
-# built by make integration before. What the parts need (the virtualenv, promtool) is made
-# first, also side by side: pip and apt wait on the network.
-TEST_STAGES := unit+lint integration molecule+real-cluster-binaries realnode
-SHARED_FIRST := venv+prometheus-tools
-
-# Each stage in turn, its time appended to the durations file ("make <stage>: N s, exit R"),
-# which is printed last with the slowest tests, then the failures.
-test: ## Everything CI runs
-	@rm -f $(TAS_TEST_FAILURES) $(TAS_TEST_DURATIONS); mkdir -p $(dir $(TAS_TEST_DURATIONS)); failed=; \
-	side_by_side() { \
-	  local parts=($${1//+/ }) part pid pids=() status=0; \
-	  $(MAKE) --no-print-directory $${parts[0]} & pids+=($$!); \
-	  for part in "$${parts[@]:1}"; do $(MAKE) --no-print-directory $$part >$(dir $(TAS_TEST_DURATIONS))$$part.log 2>&1 & pids+=($$!); done; \
-	  for pid in "$${pids[@]}"; do wait $$pid || status=$$?; done; \
-	  for part in "$${parts[@]:1}"; do echo "--- make $$part (beside make $${parts[0]})"; cat $(dir $(TAS_TEST_DURATIONS))$$part.log; done; \
-	  return $$status; \
-	}; \
-	for stage in $(TEST_STAGES); do \
-	  start=$$(date +%s); rc=0; \
-	  if [[ $$stage == *+* ]]; then side_by_side $(SHARED_FIRST) && side_by_side $$stage || rc=$$?; \
-	  else $(MAKE) --no-print-directory $$stage || rc=$$?; fi; \
-	  echo "make $$stage: $$(( $$(date +%s) - start )) s, exit $$rc" | tee -a $(TAS_TEST_DURATIONS); \
-	  if [ $$rc != 0 ]; then failed=$$stage; break; fi; \
-	done; \
-	echo "--- where the time went ($(TAS_TEST_DURATIONS))"; cat $(TAS_TEST_DURATIONS); \
-	if [ -n "$$failed" ]; then echo "make test failed at make $$failed"; \
-	  [ ! -s $(TAS_TEST_FAILURES) ] || cat $(TAS_TEST_FAILURES); exit 2; fi
+test: ## Everything CI runs, stage by stage (tests/make-test.sh says which, in order)
+	@MAKE=$(MAKE) bash tests/make-test.sh
 
 bench: $(VENV)/.bench-installed ## Benchmarks (not tests): writes bench/results and docs/performance.md
 	$(VENV)/bin/python -m bench
