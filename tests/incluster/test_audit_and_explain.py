@@ -19,12 +19,10 @@ import uuid
 import pytest
 from kubernetes import client
 
-from conftest import WORKERS
 from support import REAL_CLUSTER_DIR, tas_extender_command, wait_for
+from support.incluster import (DEADLINE, DEMO_NS, DEMO_POLICY, WORKERS, client_tls, create_demo_pod, filter_answers,
+                               filter_rejects, set_health)
 from tas_extender.policy import GROUP, PLURAL, VERSION
-from test_in_cluster import healthy_nodes_after  # noqa: F401 - a fixture, used by name
-from test_in_cluster import (DEADLINE, DEMO_NS, DEMO_POLICY, client_tls, create_demo_pod, filter_answers, filter_rejects,
-                             set_health)
 
 ENFORCEMENT = "telemetry.intel.com/enforcement"
 

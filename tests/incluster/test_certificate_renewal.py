@@ -21,11 +21,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
-from conftest import EXTENDER_NS, node_path
 from support import real_control_planes, running_own_schedulers, wait_for
+from support.incluster import (EXTENDER_NS, client_tls, node_path, place_a_demo_pod_through_the_extender, ready_pods,
+                               wait_until_every_replica_serves)
 from tas_extender.renewal import Authority, replace_file, resign
-from test_in_cluster import (client_tls, place_a_demo_pod_through_the_extender, ready_pods,
-                             wait_until_every_replica_serves)
 
 PKI = "/etc/tas/pki"
 LEAVES = ["extender.crt", "kube-scheduler/scheduler-client.crt"]

@@ -14,9 +14,9 @@ import json
 import pytest
 from kubernetes import client
 
-from conftest import WORKERS, ansible_playbook, kubectl
 from support import REPO, get_raw, wait_for
-from test_in_cluster import DEADLINE, client_tls, filter_rejects, served_health, set_health
+from support.incluster import (DEADLINE, WORKERS, ansible_playbook, client_tls, filter_rejects, kubectl, served_health,
+                               set_health)
 
 MANIFEST = REPO / "tests" / "incluster" / "their-adapter.yaml"
 ADAPTER = "tests/incluster/adapter.yml"

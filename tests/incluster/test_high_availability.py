@@ -14,17 +14,15 @@ import uuid
 from cryptography import x509
 from kubernetes import client
 
-from conftest import node_path, run_ansible
 from support import real_cluster, real_control_planes, wait_for
-from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, filter_calls, filter_rejects,
-                             healthy_nodes_after, place_demo_pods, set_health)
+from support.incluster import (DEADLINE, DEMO_NS, client_tls, filter_calls, filter_rejects, node_path, place_demo_pods,
+                               run_ansible, set_health)
 
 CONTROL_PLANES = real_control_planes()
 MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 # Where a stopped scheduler's manifest waits: outside the directory the kubelet watches.
 PARKED = "/etc/kubernetes/kube-scheduler.yaml.parked-by-test"
 
-__all__ = ["healthy_nodes_after"]  # a fixture, used by name
 
 
 def ansible(*args: str) -> str:

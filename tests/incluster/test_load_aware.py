@@ -43,10 +43,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from conftest import REMOVAL_FOLLOWS, WORKERS, ansible_playbook, kubectl, node_path
 from support import REPO, wait_for, write_simulated_loads
-from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, crowd_node_1, descheduler_paused, descheduler_run_now,
-                             eviction_lines, placed_probe, prioritize_answers, ready_pods)
+from support.incluster import (DEADLINE, DEMO_NS, REMOVAL_FOLLOWS, WORKERS, ansible_playbook, client_tls, crowd_node_1,
+                               descheduler_paused, descheduler_run_now, eviction_lines, kubectl, node_path,
+                               placed_probe, prioritize_answers, ready_pods)
 
 LOAD = {"node-1": 95, "node-2": 50, "node-3": 10}  # percent busy, CPU and memory alike: hot, between the marks, idle
 # coming from crane: each node at least 5 points off LOAD, node-2 under crane's 65 % filter

@@ -11,9 +11,9 @@ import httpx
 from kubernetes import client
 from kubernetes.stream import stream
 
-from conftest import EXTENDER_NS, MONITORING_NS
 from support import real_control_planes, wait_for
-from test_in_cluster import DEADLINE, DEMO_NS, client_tls, create_demo_pod, filter_calls, node_ip, ready_pods
+from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, MONITORING_NS, client_tls, create_demo_pod, filter_calls,
+                               node_ip, ready_pods)
 
 IMAGE = "tas-extender:0.1.0"  # a Python image built from the project's files
 # One TCP connection attempt: "open", "timeout" (the SYN dropped) or the error's name.

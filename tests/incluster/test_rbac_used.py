@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 from kubernetes import client
 
-from conftest import EXTENDER_NS, node_path
 from support import real_control_planes
+from support.incluster import EXTENDER_NS, node_path
 
 ACCOUNT = "tas-extender"
 USER = f"system:serviceaccount:{EXTENDER_NS}:{ACCOUNT}"

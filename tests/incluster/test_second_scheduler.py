@@ -24,13 +24,12 @@ import uuid
 
 import pytest
 import yaml
-from conftest import EXTENDER_NS, ansible_playbook
 from file_hashes import differences, hashes
 from kubernetes import client
 from support import (REAL_CLUSTER_DIR, real_control_planes, record_figure, recorded_own_schedulers, running_own_schedulers,
                      wait_for)
-from test_in_cluster import (DEADLINE, DEMO_NS, active_alerts, create_demo_pod, demo_pod, filter_rejects, place_demo_pods, ready_pods,
-                             set_health)
+from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, active_alerts, ansible_playbook, create_demo_pod,
+                               demo_pod, filter_rejects, place_demo_pods, ready_pods, set_health)
 
 pytestmark = pytest.mark.managed
 

@@ -21,23 +21,14 @@ import shutil
 import uuid
 
 import pytest
-from conftest import WORKERS, ansible_playbook, kubectl, node_path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client
 from support import REPO, wait_for
-from test_in_cluster import (
-    DEADLINE,
-    DEMO_NS,
-    DEMO_POLICY,
-    client_tls,
-    filter_answers,
-    place_demo_pods,
-    served_health,
-    violating,
-)
+from support.incluster import (DEADLINE, DEMO_NS, DEMO_POLICY, WORKERS, ansible_playbook, client_tls, filter_answers,
+                               kubectl, node_path, place_demo_pods, served_health, violating)
 
 MANIFEST = REPO / "tests" / "incluster" / "tas-monitoring.yaml"
 POLICY = REPO / "tests" / "fixtures" / "tas" / "health-policy.yaml"

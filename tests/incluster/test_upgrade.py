@@ -15,18 +15,16 @@ import time
 import pytest
 from kubernetes import client
 
-from conftest import EXTENDER_NS, ansible_playbook
 from support import record_figure, wait_for
-from test_in_cluster import (DEADLINE, DEMO_NS, client_tls, create_demo_pod, filter_rejects, healthy_nodes_after,
-                             ready_pods, set_health)
+from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, ansible_playbook, client_tls, create_demo_pod,
+                               filter_rejects, ready_pods, set_health)
 
 pytestmark = pytest.mark.upgrade
-__all__ = ["healthy_nodes_after"]  # a fixture, used by name
 
 THIS_RELEASE_IMAGE = "tas-extender:0.1.0"  # intel.tas's extender_image default, which site.yml installs
 EVERY = 3  # seconds between two pods of the stream
 # Where the previous release (0.3.0) keeps kube-scheduler's client pair: at the top of the PKI
-# directory; this one keeps it in a directory of its own (test_in_cluster.SCHEDULER_PAIR).
+# directory; this one keeps it in a directory of its own (support.incluster.SCHEDULER_PAIR).
 PREVIOUS_RELEASE_PAIR = "/etc/tas/pki/scheduler-client"
 
 

@@ -4,7 +4,8 @@ is given) and the benchmarks (`from tests.support import ...`, run from the repo
 
 By concern: paths (the repository, the fixtures, the clusters' state directories), waits
 (wait_for, and the figures a run notes), cluster (the local and real-node clusters), extender
-(a `tas-extender serve` process), pki (the one test PKI). The names below are importable from
+(a `tas-extender serve` process), pki (the one test PKI), incluster (the real-node in-cluster
+checks' helpers: `from support.incluster import ...`). The names below are importable from
 `support` itself, as they were when it was one module.
 """
 
