@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from support import DEFAULT_CLUSTER_DIR, REPO, append_lines, get_raw, ready_kubeconfig, wait_for  # noqa: F401 - the suites import them from here too
+from support import DEFAULT_CLUSTER_DIR, append_lines, ready_kubeconfig, wait_for
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 telemetry.intel.com/enforcement=audit is reported (status, pod Events) and enforced nowhere
 (no node label, no filtering), and the annotation alone switches it to enforce and back.
 
-The extender runs as users run it, with metrics from a file the test writes (test_controller.py).
+The extender runs as users run it, with metrics from a file the test writes (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,16 +12,7 @@ import uuid
 import httpx
 from kubernetes import client
 from support import wait_for
-from test_controller import (  # noqa: F401 - crd and extender are fixtures
-    DEADLINE,
-    GROUP,
-    NODES,
-    PLURAL,
-    VERSION,
-    crd,
-    extender,
-    node_labels,
-)
+from support.controller import DEADLINE, GROUP, NODES, PLURAL, VERSION, node_labels
 
 ENFORCEMENT = "telemetry.intel.com/enforcement"
 # Both broken by a node reporting 2: it would be filtered and labelled violating.
@@ -77,7 +68,7 @@ def audit_events(core: client.CoreV1Api, namespace: str, pod: str) -> list:
 
 
 def test_an_audit_policy_is_reported_not_enforced_until_the_annotation_says_enforce(
-        api_client, extender, namespace):  # noqa: F811 - the extender fixture from test_controller
+        api_client, extender, namespace):
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     name = f"audit-{uuid.uuid4().hex[:6]}"
     extender.set({"node-1": 0, "node-2": 2, "node-3": 0})
@@ -120,7 +111,7 @@ def test_an_audit_policy_is_reported_not_enforced_until_the_annotation_says_enfo
 
 
 def test_an_unknown_enforcement_makes_the_policy_invalid_naming_the_annotation(
-        api_client, extender, namespace):  # noqa: F811 - the extender fixture from test_controller
+        api_client, extender, namespace):
     custom = client.CustomObjectsApi(api_client)
     name = f"audit-{uuid.uuid4().hex[:6]}"
     create_audit_policy(custom, namespace, name)

@@ -24,7 +24,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes import client
 from support import free_port, tas_extender_command, wait_for
 from support.pki import Pki
-from test_controller import crd  # noqa: F401 - a fixture
 
 DEADLINE = 60  # the extender checks every 10 s, and only once it leads
 REASON = "CertificateExpiring"
@@ -40,7 +39,7 @@ def pki(tmp_path) -> dict[str, x509.Certificate]:
 
 
 @pytest.fixture
-def serve(kubeconfig, crd, namespace, pki) -> Iterator:  # noqa: F811 - crd is a fixture
+def serve(kubeconfig, crd, namespace, pki) -> Iterator:
     """Start `tas-extender serve` with mutual TLS against the cluster (env: extra environment);
     returns its port. Every process started is stopped afterwards."""
     started: list[subprocess.Popen] = []

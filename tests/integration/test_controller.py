@@ -6,96 +6,19 @@ file the test writes, so the test controls what each node reports.
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
 import time
 import uuid
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
 
-from support import (free_port, provisioned_extender, serving_extender, start_extender, tas_extender_command,
-                     wait_for, wait_ready)
+from support import free_port, start_extender, wait_for, wait_ready
+from support.controller import (DEADLINE, DESCHEDULE_AND_LABEL, GROUP, Metrics, NODES, PLURAL, VERSION, create_policy,
+                                node_labels, serve_args)
 
-# The fixtures kubeconfig, api_client and namespace come from tests/conftest.py.
-
-GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
-DEADLINE = 30
-NODES = ["node-1", "node-2", "node-3"]
-
-
-
-def refuse_a_provisioned_extender(api_client) -> None:
-    """Two controllers would fight over the same labels: these tests need the bare cluster
-    (`make integration` makes it bare first)."""
-    holder = provisioned_extender(api_client)
-    if holder:
-        pytest.fail(f"the extender provisioned by site.yml ({holder}) is running and would relabel the "
-                    "nodes these tests label: run them on a bare cluster (make integration brings one up)")
-
-
-@pytest.fixture(scope="module")
-def crd(api_client):
-    refuse_a_provisioned_extender(api_client)
-    manifest = yaml.safe_load(subprocess.run(
-        [tas_extender_command(), "crd"],
-        capture_output=True, text=True, check=True).stdout)
-    ext = client.ApiextensionsV1Api(api_client)
-    try:
-        ext.create_custom_resource_definition(manifest)
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-        current = ext.read_custom_resource_definition(manifest["metadata"]["name"])
-        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(manifest["metadata"]["name"], manifest)
-    wait_for(lambda: any(c.type == "Established" and c.status == "True" for c in
-                         ext.read_custom_resource_definition(manifest["metadata"]["name"]).status.conditions or []),
-             DEADLINE, "CRD established")
-    return manifest
-
-
-class Metrics:
-    def __init__(self, path: pathlib.Path, port: int = 0):
-        self.path = path
-        self.port = port  # the extender's, which reads this file
-        self.set({n: 0 for n in NODES})
-
-    def set(self, values: dict[str, float], metric: str = "health_metric") -> None:
-        self.path.write_text("".join(f'{metric}{{node="{n}"}} {v}\n' for n, v in values.items()))
-
-
-def serve_args(kubeconfig: str, metrics: Metrics, namespace: str) -> list[str]:
-    """What every extender of these tests serves with: the cluster, the metrics file, a 1 s sync."""
-    return ["--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
-            "--lease-namespace", namespace]
-
-
-@pytest.fixture
-def extender(kubeconfig, crd, tmp_path, namespace):
-    port = free_port()
-    metrics = Metrics(tmp_path / "metrics.prom", port)
-    with serving_extender(serve_args(kubeconfig, metrics, namespace), port, tmp_path / "extender.log", DEADLINE):
-        yield metrics
-
-
-def node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:
-    return {n: core.read_node(n).metadata.labels or {} for n in NODES}
-
-
-def create_policy(custom, namespace: str, name: str, strategies: dict) -> dict:
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TASPolicy",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"strategies": strategies}}
-    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-
-
-DESCHEDULE_AND_LABEL = {
-    "deschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 2}]},
-    "labeling": {"rules": [{"metricname": "health_metric", "operator": "GreaterThan", "target": 0,
-                            "labels": ["health=bad"]}]},
-}
+# The fixtures kubeconfig, api_client and namespace come from tests/conftest.py; crd and extender
+# from tests/integration/conftest.py.
 
 
 def test_labels_follow_metrics_policy_edits_and_deletion(api_client, extender, namespace):

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import sys
 
 import pytest
 import yaml
 
 from support import DEFAULT_CLUSTER_DIR, free_port
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit" / "collection"))
-from test_descheduler_policy import policy  # noqa: E402 - the unit tests' rendering of the template
+from support.descheduler import policy  # the unit tests' rendering of the template
 
 DESCHEDULER = DEFAULT_CLUSTER_DIR / "bin" / "descheduler"
 UNREACHABLE = "https://127.0.0.1:1"

@@ -9,7 +9,7 @@ import subprocess
 from kubernetes import client
 
 from support import tas_extender_command
-from test_controller import NODES, crd, create_policy  # noqa: F401 - crd is a fixture
+from support.controller import NODES, create_policy
 
 DEMO = {
     "dontschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 1},

@@ -10,8 +10,7 @@ import pytest
 from kubernetes import client
 
 from support import wait_for
-from test_controller import (DEADLINE, DESCHEDULE_AND_LABEL, GROUP, PLURAL, VERSION, create_policy,  # noqa: F401
-                             crd, extender, node_labels)
+from support.controller import DEADLINE, DESCHEDULE_AND_LABEL, GROUP, PLURAL, VERSION, create_policy, node_labels
 
 
 def test_a_policy_name_longer_than_a_label_key_is_refused_at_apply(api_client, crd, namespace):

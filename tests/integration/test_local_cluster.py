@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kubernetes import client
 from kubernetes.utils import parse_quantity
+from support import get_raw, wait_for
 
-from conftest import get_raw, wait_for
 
 DEADLINE = 90
 

@@ -16,16 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 from support import wait_for
-from test_controller import (  # noqa: F401 - fixtures
-    DEADLINE,
-    GROUP,
-    NODES,
-    PLURAL,
-    VERSION,
-    crd,
-    extender,
-    node_labels,
-)
+from support.controller import DEADLINE, GROUP, NODES, PLURAL, VERSION, node_labels
 
 TAS_POLICIES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "tas"
 
@@ -69,7 +60,7 @@ def _metrics_text() -> str:
 
 
 @pytest.fixture
-def tas_policies(api_client, crd):  # noqa: F811 - the crd fixture from test_controller
+def tas_policies(api_client, crd):
     """TAS's example policies created unchanged; removed afterwards, with the namespaces made for them."""
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     docs = [yaml.safe_load(path.read_text()) for path in sorted(TAS_POLICIES.glob("*.yaml"))]
@@ -112,7 +103,7 @@ def _scores(port: int, namespace: str, name: str) -> dict[str, int]:
     return {entry["Host"]: entry["Score"] for entry in answer}
 
 
-def test_tas_example_policies_are_accepted_and_obeyed_unchanged(api_client, extender, tas_policies):  # noqa: F811
+def test_tas_example_policies_are_accepted_and_obeyed_unchanged(api_client, extender, tas_policies):
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     extender.path.write_text(_metrics_text())
 
@@ -143,7 +134,7 @@ def test_tas_example_policies_are_accepted_and_obeyed_unchanged(api_client, exte
     assert power["node-1"] > power["node-3"] > power["node-2"], power
 
 
-def test_a_policy_tas_accepts_with_rules_that_never_act_is_kept_reported_and_obeyed(api_client, extender,  # noqa: F811
+def test_a_policy_tas_accepts_with_rules_that_never_act_is_kept_reported_and_obeyed(api_client, extender,
                                                                                    namespace):
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     name = f"compat-{uuid.uuid4().hex[:6]}"

@@ -4,9 +4,11 @@ is given) and the benchmarks (`from tests.support import ...`, run from the repo
 
 By concern: paths (the repository, the fixtures, the clusters' state directories), waits
 (wait_for, and the figures a run notes), cluster (the local and real-node clusters), extender
-(a `tas-extender serve` process), pki (the one test PKI), incluster (the real-node in-cluster
-checks' helpers: `from support.incluster import ...`). The names below are importable from
-`support` itself, as they were when it was one module.
+(a `tas-extender serve` process), asgi (the extender's app called in process), pki (the one
+test PKI), incluster (the real-node in-cluster checks), controller (the integration tests of the
+TASPolicy controller), descheduler (the descheduler role's templates rendered), load_aware (the
+load-aware mode's annotations). Those are imported by module (`from support.incluster import
+...`); the names below are importable from `support` itself, as they were when it was one module.
 """
 
 from __future__ import annotations

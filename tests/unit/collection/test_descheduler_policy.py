@@ -9,36 +9,14 @@ v0.36.0 accepts it and evicts by it is shown on the clusters (molecule scenarios
 
 from __future__ import annotations
 
-import json
 import pathlib
 import shutil
 import subprocess
 
-import jinja2
 import pytest
 import yaml
-from ansible.plugins.filter.core import to_bool
-from ansible.plugins.test.core import version_compare
 
-ROLE = pathlib.Path(__file__).resolve().parents[3] / "collections/ansible_collections/intel/tas/roles/descheduler"
-DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-
-
-def template_environment() -> jinja2.Environment:
-    """Jinja as Ansible renders the role's templates, with the plugins they use."""
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
-    environment.tests["version"] = version_compare
-    environment.filters.update(to_json=json.dumps, bool=to_bool)
-    return environment
-
-
-def policy(version: str, **overrides) -> dict:
-    environment = template_environment()
-    api = "descheduler/v1alpha2" if version_compare(version, "0.27.0", ">=") else "descheduler/v1alpha1"
-    variables = {**DEFAULTS, **overrides, "ansible_managed": "managed", "__descheduler_version": version,
-                 "__descheduler_policy_api": api}
-    text = environment.from_string((ROLE / "templates/policy.yaml.j2").read_text()).render(variables)
-    return yaml.safe_load(text)
+from support.descheduler import DEFAULTS, ROLE, policy, template_environment
 
 
 def test_the_defaults_cap_each_run_per_node_namespace_and_in_total():

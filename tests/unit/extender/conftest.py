@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 
-import httpx
 import pytest
 
+from support.asgi import AsgiClient
 from tas_extender.api import create_app
 from tas_extender.cache import MetricCache
 from tas_extender.cli import load_policy_files
@@ -36,25 +35,6 @@ def engine(metrics_file) -> Engine:
     cache.refresh(store.metric_names())
     engine.rebuild()
     return engine
-
-
-class AsgiClient:
-    """Synchronous calls into the ASGI app through httpx; a crash shows as a 500, not an exception."""
-
-    def __init__(self, app) -> None:
-        self.transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-
-    def request(self, method: str, url: str, **kwargs) -> httpx.Response:
-        async def call() -> httpx.Response:
-            async with httpx.AsyncClient(transport=self.transport, base_url="http://extender") as client:
-                return await client.request(method, url, **kwargs)
-        return asyncio.run(call())
-
-    def get(self, url: str, **kwargs) -> httpx.Response:
-        return self.request("GET", url, **kwargs)
-
-    def post(self, url: str, **kwargs) -> httpx.Response:
-        return self.request("POST", url, **kwargs)
 
 
 @pytest.fixture

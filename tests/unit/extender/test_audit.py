@@ -10,9 +10,9 @@ import time
 
 import pytest
 import yaml
-from conftest import AsgiClient
+from support.asgi import AsgiClient
 from kubernetes import client as k8s
-from test_load_mode import NOW, annotations_for
+from support.load_aware import NOW, annotations_for
 
 from tas_extender import audit
 from tas_extender.api import create_app

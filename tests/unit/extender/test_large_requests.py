@@ -7,7 +7,7 @@ import copy
 import json
 from types import SimpleNamespace
 
-from conftest import AsgiClient
+from support.asgi import AsgiClient
 
 from tas_extender import api
 from tas_extender.api import LARGE_BODY, SEND_PIECE, Verbs, create_app

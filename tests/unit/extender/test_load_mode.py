@@ -5,22 +5,12 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from conftest import AsgiClient
+from support.asgi import AsgiClient
+from support.load_aware import NODES, NOW, annotations_for
 from tas_extender.api import create_app
-from tas_extender.load.annotations import format_value
 from tas_extender.load.mode import LoadAware
 from tas_extender.load.policy import DEFAULT_POLICY
 from tas_extender.telemetry import Telemetry
-
-NOW = 1_800_000_000.0
-NODES = ["node-1", "node-2", "node-3"]
-
-
-def annotations_for(cpu_percent: dict[str, float], age: float = 0.0) -> dict[str, dict[str, str]]:
-    """Every policy metric of each node at that CPU percentage (memory at 10 %)."""
-    stamp = datetime.datetime.fromtimestamp(NOW - age, datetime.UTC)
-    return {node: {metric: format_value((cpu if metric.startswith("cpu") else 10.0) / 100, stamp)
-                   for metric in DEFAULT_POLICY.sync} for node, cpu in cpu_percent.items()}
 
 
 @pytest.fixture
@@ -189,7 +179,7 @@ def test_evaluate_answers_offline_what_the_app_answers(engine, tmp_path):
     import sys
 
     import yaml
-    from conftest import FIXTURES
+    from support import FIXTURES
     from tas_extender.load.policy import load_policy_file
 
     policy_path = tmp_path / "policy.yaml"
