@@ -143,7 +143,8 @@ class Verbs:
         path = scope["path"]
         verb = self.answers[path][0]
         if scope["method"] != "POST":
-            await _send(send, 405, _refusal(verb, f"{verb} takes POST, not {scope['method']}"), [(b"allow", b"POST")])
+            await send_answer(send, 405, _refusal(verb, f"{verb} takes POST, not {scope['method']}"),
+                              [(b"allow", b"POST")])
             return
         start = time.perf_counter()
         try:
@@ -154,10 +155,10 @@ class Verbs:
                 async with self._one_large:
                     answered = await self._answer(path, receive, send)
         except wire.BadRequest as refused:
-            await _send(send, *self._refused(verb, refused))
+            await send_answer(send, *self._refused(verb, refused))
             return
         except Exception:
-            await _send(send, *self._failed(verb))
+            await send_answer(send, *self._failed(verb))
             return
         if answered:
             self.answered(path, start)
@@ -182,7 +183,7 @@ class Verbs:
         if body is None:
             return False
         status, answer = self.respond(path, body)
-        await _send(send, status, answer)
+        await send_answer(send, status, answer)
         return status == 200
 
     async def _read_body(self, receive: Receive) -> bytearray | None:
@@ -208,9 +209,10 @@ def _refusal(verb: str, message: str) -> bytes:
     return orjson.dumps({"Error": message})
 
 
-async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    """The answer, in pieces of SEND_PIECE bytes: uvicorn writes each once the connection has
-    taken the last, so a 40 MB answer is not encrypted and buffered whole a second time."""
+async def send_answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Send a JSON answer through ASGI's `send`, in pieces of SEND_PIECE bytes: uvicorn writes each
+    once the connection has taken the last, so a 40 MB answer is not encrypted and buffered whole
+    a second time."""
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})

@@ -89,7 +89,7 @@ class Desired:
     not_set: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
-def _violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
+def violating_condition(policy: Policy, nodes: list[str]) -> dict[str, str]:
     """The Violating condition: whether any node breaks the policy's deschedule rules."""
     if policy.strategy("deschedule") is None:
         return {"type": "Violating", "status": "False", "reason": "NoDescheduleStrategy",
@@ -136,7 +136,7 @@ def _unchanged(current: Policy | None, meta: dict) -> bool:
                                                                      or "enforce")
 
 
-def _warning_condition(policy: Policy, shown: int = 5) -> dict[str, str] | None:
+def warning_condition(policy: Policy, shown: int = 5) -> dict[str, str] | None:
     """The Warning condition: the parts of an accepted policy that can never act, or None.
 
     It names the first `shown` of them; each has its own Event.
@@ -173,9 +173,9 @@ def _list_version(listing: Any) -> str:
     return listing.metadata.resource_version
 
 
-def _watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Callable,
-                   stop: threading.Event, watch_seconds: int = 300, backoff: Backoff | None = None,
-                   sleep: Callable[[float], object] | None = None) -> None:
+def watch_forever(name: str, list_fn: Callable, on_list: Callable, on_event: Callable,
+                  stop: threading.Event, watch_seconds: int = 300, backoff: Backoff | None = None,
+                  sleep: Callable[[float], object] | None = None) -> None:
     """List once, then watch from the last resourceVersion seen; list again only after 410 Gone.
 
     A watch the server ends (its timeout) or a dropped connection (an API server restart)
@@ -257,7 +257,11 @@ class Controller:
             log.warning("policy %s: %s", key, warning)
         self.store.put(policy)
 
-    def _on_policy_list(self, items: list[dict]) -> None:
+    # The watches (start) feed what they list and each event to the on_* methods below, which the
+    # tests drive directly.
+
+    def on_policy_list(self, items: list[dict]) -> None:
+        """The policies listed: they replace every policy known."""
         self._objects.clear()
         valid, invalid = [], {}
         for obj in items:
@@ -277,7 +281,8 @@ class Controller:
             valid.append(policy)
         self.store.replace_all(valid, invalid)
 
-    def _on_policy_event(self, kind: str, obj: dict) -> None:
+    def on_policy_event(self, kind: str, obj: dict) -> None:
+        """A policy ADDED, MODIFIED or DELETED."""
         if kind == "DELETED":
             meta = obj.get("metadata", {})
             key = f"{meta.get('namespace')}/{meta.get('name')}"
@@ -292,16 +297,16 @@ class Controller:
         else:
             self._accept(obj)
 
-    def _list_policies(self, **kwargs: Any) -> Any:
+    def list_policies(self, **kwargs: Any) -> Any:
         return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
     # --- what the schedulers and the descheduler report (reports.py) ---------------------
     # The return annotation tells the watch what to decode its events into.
 
-    def _list_scheduler_events(self, **kwargs: Any) -> CoreV1EventList:
+    def list_scheduler_events(self, **kwargs: Any) -> CoreV1EventList:
         return self.core.list_event_for_all_namespaces(field_selector=reports.SCHEDULER_FIELDS, **kwargs)
 
-    def _list_descheduler_events(self, **kwargs: Any) -> CoreV1EventList:
+    def list_descheduler_events(self, **kwargs: Any) -> CoreV1EventList:
         return self.core.list_event_for_all_namespaces(field_selector=reports.DESCHEDULER_FIELDS, **kwargs)
 
     # --- nodes --------------------------------------------------------------------------
@@ -313,7 +318,8 @@ class Controller:
     def _node_addresses(node: Any) -> tuple[str, ...]:
         return tuple(a.address for a in (node.status.addresses if node.status else None) or () if a.address)
 
-    def _on_node_list(self, items: list[Any]) -> None:
+    def on_node_list(self, items: list[Any]) -> None:
+        """The nodes listed: they replace every node known."""
         with self._nodes_lock:
             self.nodes = {n.metadata.name: self._node_entry(n) for n in items}
             self.addresses = {n.metadata.name: self._node_addresses(n) for n in items}
@@ -321,7 +327,8 @@ class Controller:
         self.engine.known_nodes = set(self.nodes)
         self.engine.rebuild()
 
-    def _on_node_event(self, kind: str, node: Any) -> None:
+    def on_node_event(self, kind: str, node: Any) -> None:
+        """A node ADDED, MODIFIED or DELETED."""
         with self._nodes_lock:
             if kind == "DELETED":
                 self.nodes.pop(node.metadata.name, None)
@@ -359,9 +366,9 @@ class Controller:
     def start(self, policies: bool = True, pods: LoadAware | None = None) -> None:
         """Start the watches: nodes and the Events counted in reports.py always, policies unless
         they come from files, pods for `pods`."""
-        watches: list[_Watch] = [("node", self.core.list_node, self._on_node_list, self._on_node_event)]
+        watches: list[_Watch] = [("node", self.core.list_node, self.on_node_list, self.on_node_event)]
         scheduler = reports.EventCounts(self.telemetry.scheduler_call_failures, reports.scheduler_call_failed)
-        watches.append(("scheduler-event", self._list_scheduler_events, scheduler.on_list, scheduler.on_event))
+        watches.append(("scheduler-event", self.list_scheduler_events, scheduler.on_list, scheduler.on_event))
         descheduler = reports.EventCounts(self.telemetry.descheduler_evictions, reports.descheduler_result)
         runs = reports.RunEvictions()
         self.telemetry.descheduler_busiest_run.set_function(runs.busiest)
@@ -374,9 +381,9 @@ class Controller:
             descheduler.on_event(kind, event)
             runs.on_event(kind, event)
 
-        watches.append(("descheduler-event", self._list_descheduler_events, on_descheduler_list, on_descheduler_event))
+        watches.append(("descheduler-event", self.list_descheduler_events, on_descheduler_list, on_descheduler_event))
         if policies:
-            watches.append(("policy", self._list_policies, self._on_policy_list, self._on_policy_event))
+            watches.append(("policy", self.list_policies, self.on_policy_list, self.on_policy_event))
         if pods is not None:
             def on_pod_list(items: list[Any]) -> None:
                 for pod in items:
@@ -390,7 +397,7 @@ class Controller:
 
             watches.append(("pod", self.core.list_pod_for_all_namespaces, on_pod_list, on_pod_event))
         for name, list_fn, on_list, on_event in watches:
-            threading.Thread(target=_watch_forever, name=f"{name}-watch", daemon=True,
+            threading.Thread(target=watch_forever, name=f"{name}-watch", daemon=True,
                              args=(name, list_fn, on_list, on_event, self.stop)).start()
 
     # --- reconciliation -----------------------------------------------------------------
@@ -499,7 +506,7 @@ class Controller:
             else:
                 continue
             nodes = violating.get(key, [])
-            warned = _warning_condition(policy) if policy is not None else None
+            warned = warning_condition(policy) if policy is not None else None
             unset = _labels_not_set_condition(not_set.get(key, []))
             if policy is not None and unset is not None:
                 for reason, why in not_set[key]:
@@ -513,7 +520,7 @@ class Controller:
                 continue
             conditions: list[dict[str, Any]] = [condition]  # each gains an int observedGeneration
             if policy is not None:
-                conditions.append(_violating_condition(policy, nodes))
+                conditions.append(violating_condition(policy, nodes))
                 if warned is not None:
                     conditions.append(warned)
                 if unset is not None:

@@ -240,10 +240,10 @@ def controller_for(policy: dict, node_labels: dict[str, dict[str, str]] | None =
     controller = Controller(k8s.ApiClient(), engine, Telemetry())
     controller.core, controller.custom = FakeCore(), FakeCustom()
     labels = node_labels or {}
-    controller._on_node_list([k8s.V1Node(metadata=k8s.V1ObjectMeta(
+    controller.on_node_list([k8s.V1Node(metadata=k8s.V1ObjectMeta(
         name=n, labels=labels.get(n), annotations={MANAGED_ANNOTATION: ",".join(sorted(labels[n]))}
         if labels.get(n) else None)) for n in NODES])
-    controller._on_policy_list([policy])
+    controller.on_policy_list([policy])
     cache.refresh(store.metric_names())
     engine.rebuild()
     return controller
@@ -301,30 +301,30 @@ def test_an_enforced_policy_has_no_enforced_condition(enforcement):
 def test_a_switch_from_audit_to_enforce_is_taken_without_a_new_generation():
     controller = controller_for(demo("audit"))
     listed = controller.store.get("health-metric-demo", "demo-policy")
-    controller._on_policy_event("MODIFIED", demo("audit"))  # our own status write: same generation and mode
+    controller.on_policy_event("MODIFIED", demo("audit"))  # our own status write: same generation and mode
     assert controller.store.get("health-metric-demo", "demo-policy") is listed
-    controller._on_policy_event("MODIFIED", demo("enforce"))  # an annotation edit keeps the generation
+    controller.on_policy_event("MODIFIED", demo("enforce"))  # an annotation edit keeps the generation
     switched = controller.store.get("health-metric-demo", "demo-policy")
     assert switched is not None and not switched.audit and switched.generation == 1
-    controller._on_policy_event("MODIFIED", demo())  # no annotation is enforce too: nothing to re-parse
+    controller.on_policy_event("MODIFIED", demo())  # no annotation is enforce too: nothing to re-parse
     assert controller.store.get("health-metric-demo", "demo-policy") is switched
-    controller._on_policy_event("MODIFIED", demo("audit"))
+    controller.on_policy_event("MODIFIED", demo("audit"))
     assert controller.store.get("health-metric-demo", "demo-policy").audit
 
 
 def test_a_wrong_enforcement_value_makes_the_listed_policy_invalid_until_it_is_fixed():
     controller = controller_for(demo("audit"))
-    controller._on_policy_event("MODIFIED", demo("dryrun"))
+    controller.on_policy_event("MODIFIED", demo("dryrun"))
     assert controller.store.get("health-metric-demo", "demo-policy") is None
     assert controller.store.invalid()[KEY].field == f"metadata.annotations.{ENFORCEMENT_ANNOTATION}"
-    controller._on_policy_event("MODIFIED", demo("enforce"))
+    controller.on_policy_event("MODIFIED", demo("enforce"))
     assert controller.store.get("health-metric-demo", "demo-policy") is not None
 
 
 def test_switching_to_enforce_rewrites_the_status_without_the_enforced_condition_at_once():
     controller = controller_for(demo("audit"))
     controller.reconcile()
-    controller._on_policy_event("MODIFIED", demo("enforce"))
+    controller.on_policy_event("MODIFIED", demo("enforce"))
     controller.reconcile()  # within the status refresh period: written because the content changed
     status = controller.custom.statuses[KEY]
     assert [c["type"] for c in status["conditions"]] == ["Valid", "Violating"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tas_extender.controller import MANAGED_ANNOTATION, _violating_condition, label_patch
+from tas_extender.controller import MANAGED_ANNOTATION, label_patch, violating_condition
 from tas_extender.policy import parse_policy
 
 KEY = "telemetry.aware.scheduling.p/health"
@@ -56,6 +56,6 @@ RULE = {"metricname": "health_metric", "operator": "Equals", "target": 2}
     ],
 )
 def test_violating_condition_says_whether_nodes_break_the_deschedule_rules(strategies, nodes, status, reason):
-    condition = _violating_condition(_policy(strategies), nodes)
+    condition = violating_condition(_policy(strategies), nodes)
     assert (condition["type"], condition["status"], condition["reason"]) == ("Violating", status, reason)
     assert all(node in condition["message"] for node in nodes)

@@ -104,11 +104,11 @@ def _controller(policies, node_labels: dict[str, dict[str, str]], values: dict[s
     engine = Engine(store, cache)
     controller = Controller(client.ApiClient(), engine, Telemetry())
     controller.core, controller.custom = _Core(), _Custom()
-    controller._on_node_list([client.V1Node(metadata=client.V1ObjectMeta(name=n, labels=labels))
+    controller.on_node_list([client.V1Node(metadata=client.V1ObjectMeta(name=n, labels=labels))
                               for n, labels in node_labels.items()])
     objects = [{"metadata": {"name": p.name, "namespace": p.namespace, "generation": 1, "uid": f"uid-{p.key}",
                              "creationTimestamp": p.created}, "spec": {"strategies": DESCHEDULE}} for p in policies]
-    controller._on_policy_list(objects)
+    controller.on_policy_list(objects)
     cache.refresh(store.metric_names())
     engine.rebuild()
     return controller

@@ -100,7 +100,7 @@ def test_a_large_answer_is_written_in_pieces_that_add_up_to_it():
     async def send(message: dict) -> None:
         messages.append(message)
 
-    asyncio.run(api._send(send, 200, answer))
+    asyncio.run(api.send_answer(send, 200, answer))
     start, *pieces = messages
     assert dict(start["headers"])[b"content-length"] == str(len(answer)).encode()
     assert len(pieces) == 3 and all(len(p["body"]) <= SEND_PIECE for p in pieces)

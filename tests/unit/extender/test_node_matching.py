@@ -144,7 +144,7 @@ def test_the_controller_gives_each_nodes_addresses_once_the_nodes_are_listed():
     engine = Engine(PolicyStore(), MetricCache(_source([]), 60.0))
     controller = Controller(client.ApiClient(), engine, Telemetry())
     assert controller.node_addresses() is None  # not listed yet: matched by name meanwhile
-    controller._on_node_list([node("node-1", "10.0.0.1"), client.V1Node(metadata=client.V1ObjectMeta(name="bare"))])
-    controller._on_node_event("ADDED", node("node-2", "10.0.0.2", "fd00::2"))
-    controller._on_node_event("DELETED", node("node-1"))
+    controller.on_node_list([node("node-1", "10.0.0.1"), client.V1Node(metadata=client.V1ObjectMeta(name="bare"))])
+    controller.on_node_event("ADDED", node("node-2", "10.0.0.2", "fd00::2"))
+    controller.on_node_event("DELETED", node("node-1"))
     assert controller.node_addresses() == {"bare": (), "node-2": ("10.0.0.2", "fd00::2")}

@@ -94,8 +94,9 @@ def test_every_answer_is_counted_reused_or_not(parts):
     for _ in range(3):
         decider.filter(body("filter"))
         decider.prioritize(body("prioritize"))
-    assert telemetry.decisions.labels("filter", "passed")._value.get() == 9
-    assert telemetry.decisions.labels("prioritize", "scored")._value.get() == 9
+    decisions = "tas_extender_decisions_total"
+    assert telemetry.registry.get_sample_value(decisions, {"verb": "filter", "result": "passed"}) == 9
+    assert telemetry.registry.get_sample_value(decisions, {"verb": "prioritize", "result": "scored"}) == 9
 
 
 def test_new_metrics_are_answered_in_the_round_that_fetched_them(parts, metrics):

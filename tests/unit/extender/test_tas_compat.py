@@ -12,7 +12,7 @@ import pathlib
 import httpx
 import pytest
 import yaml
-from tas_extender.controller import _warning_condition
+from tas_extender.controller import warning_condition
 from tas_extender.metrics import Sample, Snapshot
 from tas_extender.policy import PolicyError, parse_policy
 from tas_extender.sources.prometheus import PrometheusSource
@@ -372,9 +372,9 @@ def test_a_dashed_metric_name_reaches_prometheus_as_a_name_matcher():
 
 def test_the_warning_condition_names_the_rules_and_is_absent_without_warnings():
     clean = policy({"dontschedule": {"rules": [rule("health_metric", "Equals", 1)]}})
-    assert _warning_condition(clean) is None
+    assert warning_condition(clean) is None
     warned = policy({"labeling": {"rules": [rule(f"m{i}", "GreaterThan", 0) for i in range(7)]}})
-    condition = _warning_condition(warned)
+    condition = warning_condition(warned)
     assert (condition["type"], condition["status"], condition["reason"]) == ("Warning", "True", "RulesNeverAct")
     assert "labeling rule 0 (m0 GreaterThan 0) has no labels" in condition["message"]
     assert condition["message"].endswith("and 2 more (see the policy's events)")

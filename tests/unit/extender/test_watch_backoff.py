@@ -58,9 +58,9 @@ class ApiServer:
         self.waits.append(seconds)
 
     def run(self, backoff: Backoff) -> list[float]:
-        controller._watch_forever("node", self.list_fn, lambda items: None,
-                                  lambda kind, obj: self.events.append(kind), self.stop,
-                                  backoff=backoff, sleep=self.sleep)
+        controller.watch_forever("node", self.list_fn, lambda items: None,
+                                 lambda kind, obj: self.events.append(kind), self.stop,
+                                 backoff=backoff, sleep=self.sleep)
         return self.waits
 
 
