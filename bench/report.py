@@ -254,7 +254,7 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "httpx client used before spent more CPU per call than the server, on the same two cores, so at "
            "concurrency 8 the figures were its queueing: NodeNames filter at 1000 nodes, concurrency 8, p99 "
            "18.2 ms with httpx, 3.4 ms with the Go client, against the same server.",
-           "3. **Requests are decoded with msgspec** (`tas_extender/wire.py`) against the fields the decision "
+           "3. **Requests are decoded with msgspec** (`tas_extender/decide/wire.py`) against the fields the decision "
            "reads (the pod's metadata, each node's name); every other field is skipped in C and each Node "
            "object stays a view of the request's bytes, copied back as sent for the passing nodes, in one "
            "join. Full-Nodes filter at 5000 nodes: 134 ms of server CPU with simdjson before, 80 ms after "
@@ -263,7 +263,7 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "in 1 MB pieces, each once the connection has taken the last (`api.Verbs`): eight 42 MB requests "
            "at once held 999 MiB at peak before (10 000 nodes, concurrency 8), 482 MiB with msgspec alone, "
            "235 MiB after. NodeNames requests never wait behind them.",
-           "5. **Most verb calls are answered from the HTTP protocol's callbacks** (`tas_extender/fastpath.py`): "
+           "5. **Most verb calls are answered from the HTTP protocol's callbacks** (`tas_extender/serve/fastpath.py`): "
            "through ASGI, uvicorn made each request a cycle object, an event and a task, and the answer went out "
            "through three awaited messages. A POST to a verb with a JSON body of a declared length up to 1 MB is "
            "now gathered as httptools parses it, decided by the same `Verbs.respond` and written at once; "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from tas_extender.fastpath import DirectVerbsProtocol
+from tas_extender.serve.fastpath import DirectVerbsProtocol
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from tas_extender.decision import NOT_DECIDED
+from tas_extender.decide.decision import NOT_DECIDED
 
 # The filter verb's path: in every failed call's message (`Post "https://.../scheduler/filter":
 # dial tcp ...` or `failed filter with extender at URL https://.../scheduler/filter, code 400`).

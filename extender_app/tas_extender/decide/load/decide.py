@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tas_extender.load.annotations import fresh_values
-from tas_extender.load.policy import LoadPolicy
+from tas_extender.decide.load.annotations import fresh_values
+from tas_extender.decide.load.policy import LoadPolicy
 
 # Points taken off the 0..100 score per hot point (crane's plugins.go: score - hotValue*10).
 HOT_PENALTY = 10

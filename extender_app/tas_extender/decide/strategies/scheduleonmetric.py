@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import Policy, Rule
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import Policy, Rule
 
 MAX_SCORE = 10
 

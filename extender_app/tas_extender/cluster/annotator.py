@@ -25,9 +25,9 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
-from tas_extender.load.annotations import HOT_VALUE_KEY, format_hot_value, format_value
-from tas_extender.load.policy import LoadPolicy
-from tas_extender.sources import MetricSource
+from tas_extender.decide.load.annotations import HOT_VALUE_KEY, format_hot_value, format_value
+from tas_extender.decide.load.policy import LoadPolicy
+from tas_extender.decide.metrics import MetricSource
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import LABEL_PREFIX, Policy, label_prefix_problem, label_problem
-from tas_extender.rules import breaks
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import LABEL_PREFIX, Policy, label_prefix_problem, label_problem
+from tas_extender.decide.rules import breaks
 
 
 def label_prefix(policy: Policy) -> str:

@@ -17,11 +17,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
-from tas_extender import wire
-from tas_extender.decision import AuditReport, Decider
-from tas_extender.engine import Engine
-from tas_extender.load.mode import LoadAware
-from tas_extender.telemetry import Telemetry
+from tas_extender.decide import wire
+from tas_extender.decide.decision import AuditReport, Decider
+from tas_extender.decide.engine import Engine
+from tas_extender.decide.load.mode import LoadAware
+from tas_extender.decide.telemetry import Telemetry
 
 JSON = "application/json"
 LARGE_BODY = 1 << 20  # bytes: a full-Nodes request of more than about 250 nodes

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import Rule, Strategy
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import Rule, Strategy
 
 
 def breaks(rule: Rule, value: float) -> bool:

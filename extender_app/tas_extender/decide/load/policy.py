@@ -16,8 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tas_extender.duration import parse_duration
-from tas_extender.policy import METRIC_NAME, PolicyError
+from tas_extender.decide.duration import parse_duration
+from tas_extender.decide.policy import METRIC_NAME, PolicyError
 
 API_VERSION = "scheduler.policy.crane.io/v1alpha1"
 KIND = "DynamicSchedulerPolicy"

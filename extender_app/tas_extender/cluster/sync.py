@@ -7,13 +7,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from tas_extender.cache import MetricCache
-from tas_extender.engine import Engine
-from tas_extender.store import PolicyStore
+from tas_extender.decide.cache import MetricCache
+from tas_extender.decide.engine import Engine
+from tas_extender.decide.store import PolicyStore
 
 if TYPE_CHECKING:  # both import the Kubernetes client, which serving from files does not need
-    from tas_extender.controller import Controller
-    from tas_extender.load.annotator import Annotator
+    from tas_extender.cluster.annotator import Annotator
+    from tas_extender.cluster.controller import Controller
 
 log = logging.getLogger(__name__)
 

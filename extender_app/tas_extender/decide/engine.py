@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from tas_extender.cache import MetricCache
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import Policy
-from tas_extender.store import PolicyStore
-from tas_extender.strategies import dontschedule, scheduleonmetric
+from tas_extender.decide.cache import MetricCache
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import Policy
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.strategies import dontschedule, scheduleonmetric
 
 POLICY_LABEL = "telemetry-policy"
 _has_reason = operator.itemgetter(1)

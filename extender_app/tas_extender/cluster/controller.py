@@ -13,13 +13,22 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client import CoreV1EventList
 
-from tas_extender import reports
-from tas_extender.backoff import Backoff
-from tas_extender.engine import Engine
-from tas_extender.load.mode import LoadAware
-from tas_extender.policy import ENFORCEMENT_ANNOTATION, GROUP, KIND, PLURAL, VERSION, Policy, PolicyError, parse_policy
-from tas_extender.strategies import deschedule, labeling
-from tas_extender.telemetry import Telemetry
+from tas_extender.cluster import reports
+from tas_extender.cluster.backoff import Backoff
+from tas_extender.decide.engine import Engine
+from tas_extender.decide.load.mode import LoadAware
+from tas_extender.decide.policy import (
+    ENFORCEMENT_ANNOTATION,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    Policy,
+    PolicyError,
+    parse_policy,
+)
+from tas_extender.decide.strategies import deschedule, labeling
+from tas_extender.decide.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +350,7 @@ class Controller:
 
     def remove_load_annotations(self) -> None:
         """Take off the load annotations a load-aware run left (the mode is off now)."""
-        from tas_extender.load.annotator import cleanup_patches
+        from tas_extender.cluster.annotator import cleanup_patches
 
         for node, body in cleanup_patches(self.all_annotations()).items():
             try:

@@ -6,8 +6,7 @@ import logging
 import threading
 import time
 
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.sources import MetricSource
+from tas_extender.decide.metrics import MetricSource, Sample, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import Policy
-from tas_extender.rules import violates
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import Policy
+from tas_extender.decide.rules import violates
 
 VIOLATING = "violating"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tas_extender.policy import (
+from tas_extender.decide.policy import (
     GROUP,
     INT64_MAX,
     INT64_MIN,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from tas_extender.decision import Decider
-from tas_extender.engine import POLICY_LABEL, Engine
-from tas_extender.load.decide import LoadState, crane_scores, node_score
-from tas_extender.metrics import Snapshot
-from tas_extender.policy import Policy
-from tas_extender.strategies import deschedule, dontschedule, labeling, scheduleonmetric
+from tas_extender.decide.decision import Decider
+from tas_extender.decide.engine import POLICY_LABEL, Engine
+from tas_extender.decide.load.decide import LoadState, crane_scores, node_score
+from tas_extender.decide.metrics import Snapshot
+from tas_extender.decide.policy import Policy
+from tas_extender.decide.strategies import deschedule, dontschedule, labeling, scheduleonmetric
 
 
 def _verdicts(nodes: Sequence[str], failed: dict[str, str]) -> dict[str, dict]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tas_extender.tls import Presented
+from tas_extender.certs.tls import Presented
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class ExpiryEvents:
 
 def watched(cert: str, cacert: str, clients: Iterable[Presented]) -> list[Watched]:
     """The served certificate (the first of its file), every CA of the CA file, and the clients'."""
-    from tas_extender.tls import certificates_in
+    from tas_extender.certs.tls import certificates_in
 
     return ([Watched("serving", certificates_in(cert)[0])] + [Watched("CA", c) for c in certificates_in(cacert)]
             + [Watched("client", c) for c in clients])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tas_extender.policy import Policy, PolicyError
+from tas_extender.decide.policy import Policy, PolicyError
 
 
 class PolicyStore:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol
 
-from tas_extender.policy import Policy
+from tas_extender.decide.policy import Policy
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,11 @@
-"""Metric samples and the snapshot the decisions read: metric -> node -> value."""
+"""Metric samples, the snapshot the decisions read (metric -> node -> value), and the interface
+the sources fetch samples through."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,11 @@ class Snapshot:
             values[metric] = fresh
             nodes.update(fresh)
         return cls(values=values, nodes=nodes)
+
+
+class MetricSource(Protocol):
+    name: str
+
+    def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:
+        """Current values of the given metrics for every node; raises on a failed fetch."""
+        ...

@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from tas_extender import audit, wire
-from tas_extender.engine import Engine, View
-from tas_extender.load.decide import LoadState, combine, is_daemonset_pod, load_failed, load_scores
-from tas_extender.policy import Policy
-from tas_extender.telemetry import Telemetry
+from tas_extender.decide import audit, wire
+from tas_extender.decide.engine import Engine, View
+from tas_extender.decide.load.decide import LoadState, combine, is_daemonset_pod, load_failed, load_scores
+from tas_extender.decide.policy import Policy
+from tas_extender.decide.telemetry import Telemetry
 
 log = logging.getLogger("tas_extender.extender")
 LOGGED_NODES = 20

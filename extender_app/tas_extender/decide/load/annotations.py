@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from tas_extender.load.policy import LoadPolicy
+from tas_extender.decide.load.policy import LoadPolicy
 
 # An annotation stays usable this long after its sync period (crane's ExtraActivePeriod).
 VALIDITY_GRACE = 300.0

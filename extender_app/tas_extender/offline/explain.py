@@ -1,6 +1,6 @@
 """`tas-extender explain`: why a pod would pass or fail each node, and how each node scores.
 
-The verdicts and scores come from the functions the server answers with (`decision.py` over
+The verdicts and scores come from the functions the server answers with (`decide/decision.py` over
 `strategies/`), from the same inputs: the pod's metadata, its TASPolicy, the metric samples
 (kept while younger than the maximum age) and, in load mode, the nodes' load annotations and
 recent bindings. What this adds is the evidence: each metric's value and age per node, and in
@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tas_extender import decision
-from tas_extender.load.decide import LoadState, is_daemonset_pod
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.policy import Policy
-from tas_extender.rules import format_value
-from tas_extender.strategies import dontschedule, scheduleonmetric
+from tas_extender.decide import decision
+from tas_extender.decide.load.decide import LoadState, is_daemonset_pod
+from tas_extender.decide.metrics import Sample, Snapshot
+from tas_extender.decide.policy import Policy
+from tas_extender.decide.rules import format_value
+from tas_extender.decide.strategies import dontschedule, scheduleonmetric
 
 DECIDING = ("dontschedule", "scheduleonmetric")  # the strategies the scheduler's calls read
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from tas_extender.load.decide import LoadState
-from tas_extender.load.hotspot import BindingCounter
-from tas_extender.load.policy import LoadPolicy
+from tas_extender.decide.load.decide import LoadState
+from tas_extender.decide.load.hotspot import BindingCounter
+from tas_extender.decide.load.policy import LoadPolicy
 
 Annotations = Callable[[str], Mapping[str, str] | None]
 
