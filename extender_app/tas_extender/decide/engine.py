@@ -59,7 +59,7 @@ class Engine:
         """The view of the latest snapshot, nodes and policies. When none of them has changed
         since the last view (most syncs: a value is scraped again as it was), that view stands,
         and so do the answers reused on it: evaluating every rule on every node again would hold
-        the interpreter from the requests for nothing (15 ms at 5000 nodes)."""
+        the interpreter from the requests for nothing."""
         with self._lock:
             snapshot = self.cache.snapshot
             nodes = frozenset(snapshot.nodes | self.known_nodes)

@@ -1,7 +1,7 @@
 """kube-scheduler's extender wire format: reading ExtenderArgs, writing ExtenderFilterResult.
 
-In full-Nodes mode a request carries every candidate Node object whole (about 4 KB each, 21 MB
-at 5000 nodes), and the filter answer must give the passing ones back unchanged. Building
+In full-Nodes mode a request carries every candidate Node object whole (megabytes in a large
+cluster), and the filter answer must give the passing ones back unchanged. Building
 Python objects for all of that costs far more than the decision itself, so the body is decoded
 with msgspec against the few fields the decision reads (the pod's metadata, each node's name):
 every other field is skipped in C, and each Node object stays a view of the request's own bytes
@@ -162,8 +162,8 @@ def filter_result(args: ExtenderArgs, failed: dict[str, str]) -> bytes:
     rest = {"FailedNodes": failed, "FailedAndUnresolvableNodes": {}, "Error": ""}
     if args.nodes is None:
         return orjson.dumps({"Nodes": None, "NodeNames": [n for n in args.names if n not in failed], **rest})
-    # The NodeList's own fields as sent, then the passing items, in one join: at 5000 nodes
-    # every extra concatenation copies 20 MB.
+    # The NodeList's own fields as sent, then the passing items, in one join: in a large cluster
+    # every extra concatenation copies the whole answer again.
     parts = [b'{"Nodes":{']
     for key in ("apiVersion", "kind", "metadata"):
         value = getattr(args.nodes, key)

@@ -79,14 +79,15 @@ class Verbs:
 
     Each call passes through about twenty layers of FastAPI and Starlette middleware (error
     pages, telemetry hooks, exit stacks, routing, dependency solving), which cost more than the
-    decision itself: 0.2 ms a call, twice per pod. Here the body is read, the decision asked and
+    decision itself, twice per pod. Here the body is read, the decision asked and
     the answer written with nothing in between; everything else (health, metrics, 404s, 405s)
     goes on to FastAPI. The document of the verbs stays in ExtenderApp.openapi(). Most calls do
     not come here at all: fastpath.py answers a small JSON POST from the HTTP protocol's callbacks,
     with the same `respond`.
 
-    A large body (full Node objects: 42 MB at 10 000 nodes) is read, decided and answered one at
-    a time: the process has one core to decide with anyway, and eight of them at once held 1 GB.
+    A large body (full Node objects, tens of MB in a large cluster) is read, decided and answered
+    one at a time: the process has one core to decide with anyway, and several of them at once
+    held many times the memory of one.
     The others wait unread (uvicorn stops reading a connection whose body is not taken), and a
     NodeNames request, a few KB, never waits behind them.
     """
@@ -187,8 +188,8 @@ class Verbs:
         return status == 200
 
     async def _read_body(self, receive: Receive) -> bytearray | None:
-        """The whole body, None if the client left first. One buffer grown in place: at 20 MB a
-        list of chunks joined at the end, or a buffer zeroed first, costs another copy."""
+        """The whole body, None if the client left first. One buffer grown in place: at a full-Nodes
+        body's size a list of chunks joined at the end, or a buffer zeroed first, costs another copy."""
         body = bytearray()
         while True:
             message = await receive()
@@ -211,8 +212,8 @@ def _refusal(verb: str, message: str) -> bytes:
 
 async def send_answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """Send a JSON answer through ASGI's `send`, in pieces of SEND_PIECE bytes: uvicorn writes each
-    once the connection has taken the last, so a 40 MB answer is not encrypted and buffered whole
-    a second time."""
+    once the connection has taken the last, so a full-Nodes answer is not encrypted and buffered
+    whole a second time."""
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})

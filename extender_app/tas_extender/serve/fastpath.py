@@ -2,11 +2,11 @@
 
 kube-scheduler calls the extender twice per pod and waits for each answer, so every microsecond
 of a call is scheduling time. Through ASGI, uvicorn makes each request a cycle object, an
-asyncio.Event and a task, and the answer goes out through three awaited messages: on the 2-core
-bench machine that was more CPU per call than the decision. Here, for a POST to a verb with a
-small JSON body of a declared length (api.Verbs.answers_now), the body is gathered as httptools
-hands it over, decided in on_message_complete and the answer written to the transport at once,
-as uvicorn would have written it. Anything else (other paths and methods, chunked or large
+asyncio.Event and a task, and the answer goes out through three awaited messages: that cost
+more CPU per call than the decision. Here, for a POST to a verb with a small JSON body of a
+declared length (api.Verbs.answers_now), the body is gathered as httptools hands it over,
+decided in on_message_complete and the answer written to the transport at once, as uvicorn
+would have written it. Anything else (other paths and methods, chunked or large
 bodies, a pipelined request behind one still answering, the access log on, HTTP/1.0) goes the
 ASGI way unchanged.
 """
