@@ -27,10 +27,10 @@ from bench import latency, throughput
 BUCKETS = [
     ("filter decision (Decider.filter)", re.compile(r"Decider\.filter \(")),
     ("prioritize decision (Decider.prioritize)", re.compile(r"Decider\.prioritize \(")),
-    ("request decoding (wire.parse)", re.compile(r"\bparse \(tas_extender/wire")),
+    ("request decoding (wire.parse)", re.compile(r"\bparse \(tas_extender/decide/wire")),
     ("sync loop (metrics file, engine rebuild)", re.compile(r"SyncLoop\.")),
     ("TLS (ssl module)", re.compile(r"\(ssl\.py|sslproto\.py")),
-    ("verbs answered from the protocol's callbacks (fastpath.py)", re.compile(r"\(tas_extender/fastpath")),
+    ("verbs answered from the protocol's callbacks (fastpath.py)", re.compile(r"\(tas_extender/serve/fastpath")),
     ("HTTP parsing and writing (uvicorn, httptools)", re.compile(r"uvicorn/protocols")),
     ("reading and answering the verbs (api.Verbs)", re.compile(r"Verbs\.")),
     ("ASGI/Starlette/FastAPI routing", re.compile(r"\((starlette|fastapi)/")),

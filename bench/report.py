@@ -68,6 +68,26 @@ def _cell(value: object) -> str:
     return " / ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
+# The figures behind choices the code's comments explain without numbers (they go stale there).
+FIGURES = [
+    "## Figures behind the code's choices", "",
+    "Measured on the machine above; the comments in the code say why, these say how much.", "",
+    "- `decide/engine.py` (`Engine.rebuild`): evaluating every rule on every node took 15 ms of each sync "
+    "at 5000 nodes, with the interpreter held; hence a sync that finds every value as it was keeps the view.",
+    "- `decide/wire.py`: a full Node object is about 4 KB, a full-Nodes request 21 MB at 5000 nodes, and each "
+    "extra concatenation of the filter answer would copy 20 MB; hence msgspec against a few fields and one join.",
+    "- `serve/api.py` (`Verbs`): FastAPI's and Starlette's layers cost 0.2 ms a call, more than the decision; "
+    "a full-Nodes body is 42 MB at 10 000 nodes, and eight of them at once held 1 GB, so large bodies are "
+    "decided one at a time; at 20 MB a body joined from chunks or read into a zeroed buffer costs another copy "
+    "(`_read_body`), and a 40 MB answer goes out in pieces (`send_answer`).",
+    "- `serve/fastpath.py`: on the 2-core bench machine ASGI's cycle object, event and task cost more CPU per "
+    "call than the decision.",
+    "- `cli/serve.py`: httptools and uvloop take a third less time per call than uvicorn's pure-Python "
+    "fallbacks; at 5000 nodes a full garbage collection stalled one call in about 25 for 40 to 60 ms, "
+    "hence the frozen start-up heap.", "",
+]
+
+
 def write(results: pathlib.Path, docs: pathlib.Path) -> None:
     img = docs / "img"
     img.mkdir(parents=True, exist_ok=True)
@@ -79,6 +99,7 @@ def write(results: pathlib.Path, docs: pathlib.Path) -> None:
            "## Machine and settings", "", _table([machine], list(machine)), ""]
     out += _targets(latency, throughput, reaction, memory)
     out += _levers(latency, throughput)
+    out += FIGURES
     if latency:
         cols = ["verb", "mode", "nodes", "policies", "concurrency", "requests", "body_bytes",
                 "p50_ms", "p99_ms", "p99_ms_by_round", "max_ms", "requests_per_second",
@@ -254,7 +275,7 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "httpx client used before spent more CPU per call than the server, on the same two cores, so at "
            "concurrency 8 the figures were its queueing: NodeNames filter at 1000 nodes, concurrency 8, p99 "
            "18.2 ms with httpx, 3.4 ms with the Go client, against the same server.",
-           "3. **Requests are decoded with msgspec** (`tas_extender/wire.py`) against the fields the decision "
+           "3. **Requests are decoded with msgspec** (`tas_extender/decide/wire.py`) against the fields the decision "
            "reads (the pod's metadata, each node's name); every other field is skipped in C and each Node "
            "object stays a view of the request's bytes, copied back as sent for the passing nodes, in one "
            "join. Full-Nodes filter at 5000 nodes: 134 ms of server CPU with simdjson before, 80 ms after "
@@ -263,7 +284,7 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "in 1 MB pieces, each once the connection has taken the last (`api.Verbs`): eight 42 MB requests "
            "at once held 999 MiB at peak before (10 000 nodes, concurrency 8), 482 MiB with msgspec alone, "
            "235 MiB after. NodeNames requests never wait behind them.",
-           "5. **Most verb calls are answered from the HTTP protocol's callbacks** (`tas_extender/fastpath.py`): "
+           "5. **Most verb calls are answered from the HTTP protocol's callbacks** (`tas_extender/serve/fastpath.py`): "
            "through ASGI, uvicorn made each request a cycle object, an event and a task, and the answer went out "
            "through three awaited messages. A POST to a verb with a JSON body of a declared length up to 1 MB is "
            "now gathered as httptools parses it, decided by the same `Verbs.respond` and written at once; "

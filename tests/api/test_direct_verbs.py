@@ -1,4 +1,4 @@
-"""The verbs answered in the HTTP protocol's callbacks (tas_extender/fastpath.py) answer as the ASGI way does.
+"""The verbs answered in the HTTP protocol's callbacks (tas_extender/serve/fastpath.py) answer as the ASGI way does.
 
 A POST to a verb with a JSON body of a declared length is answered directly; the same request
 sent with a chunked body has no declared length and goes the ASGI way (api.Verbs). Both, on one

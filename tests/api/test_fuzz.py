@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from tas_extender.api import create_app
+from tas_extender.serve.api import create_app
 
 TIMEOUT = 10  # seconds a single answer may take before the test calls it a hang
 EXAMPLES = 150

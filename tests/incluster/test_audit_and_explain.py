@@ -22,7 +22,7 @@ from kubernetes import client
 from support import REAL_CLUSTER_DIR, tas_extender_command, wait_for
 from support.incluster import (DEADLINE, DEMO_NS, DEMO_POLICY, WORKERS, client_tls, create_demo_pod, filter_answers,
                                filter_rejects, set_health)
-from tas_extender.policy import GROUP, PLURAL, VERSION
+from tas_extender.decide.policy import GROUP, PLURAL, VERSION
 
 ENFORCEMENT = "telemetry.intel.com/enforcement"
 

@@ -24,7 +24,7 @@ from kubernetes import client
 from support import real_control_planes, running_own_schedulers, wait_for
 from support.incluster import (EXTENDER_NS, client_tls, node_path, place_a_demo_pod_through_the_extender, ready_pods,
                                wait_until_every_replica_serves)
-from tas_extender.renewal import Authority, replace_file, resign
+from tas_extender.certs.renewal import Authority, replace_file, resign
 
 PKI = "/etc/tas/pki"
 LEAVES = ["extender.crt", "kube-scheduler/scheduler-client.crt"]

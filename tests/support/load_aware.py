@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime
 
-from tas_extender.load.annotations import format_value
-from tas_extender.load.policy import DEFAULT_POLICY
+from tas_extender.decide.load.annotations import format_value
+from tas_extender.decide.load.policy import DEFAULT_POLICY
 
 NOW = 1_800_000_000.0
 NODES = ["node-1", "node-2", "node-3"]

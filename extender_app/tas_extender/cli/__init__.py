@@ -2,7 +2,8 @@
 check-load-policy, renew-certificates.
 
 Each subcommand is a module here: its flags (`add_parser`), the typed settings they become, and
-the function that runs on those settings. `main` parses the command line and calls it."""
+the function that runs on those settings. `main` parses the command line and calls it. The top
+layer: the one package that may import every other and wires them together."""
 
 from __future__ import annotations
 

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
-from tas_extender.duration import parse_duration
-from tas_extender.policy import Policy, PolicyError, parse_policy
+from tas_extender.decide.duration import parse_duration
+from tas_extender.decide.policy import Policy, PolicyError, parse_policy
 
 if TYPE_CHECKING:  # imported where used: `crd` and `evaluate` need no Kubernetes client
     from kubernetes.client import ApiClient
 
-    from tas_extender.load.decide import LoadState
-    from tas_extender.sources import MetricSource
+    from tas_extender.decide.load.decide import LoadState
+    from tas_extender.decide.metrics import MetricSource
 
 log = logging.getLogger("tas_extender")
 
@@ -92,7 +92,7 @@ def moment(text: str | None) -> float:
 
     if text is None:
         return time.time()
-    from tas_extender.load.annotations import parse_timestamp
+    from tas_extender.decide.load.annotations import parse_timestamp
 
     try:
         return parse_timestamp(text)
@@ -142,9 +142,9 @@ class LoadInputs:
 
     def offline(self, now: float) -> tuple[LoadState, list[str]]:
         """The load state decided on, and the nodes the --nodes file names."""
-        from tas_extender.load.decide import LoadState
-        from tas_extender.load.hotspot import BindingCounter
-        from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file
+        from tas_extender.decide.load.decide import LoadState
+        from tas_extender.decide.load.hotspot import BindingCounter
+        from tas_extender.decide.load.policy import DEFAULT_POLICY, load_policy_file
 
         policy = load_policy_file(self.policy_file) if self.policy_file else DEFAULT_POLICY
         annotations = load_nodes(self.nodes_file)

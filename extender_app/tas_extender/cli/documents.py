@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from tas_extender.policy import PolicyError
+from tas_extender.decide.policy import PolicyError
 
 
 class _IndentedDumper(yaml.SafeDumper):
@@ -27,14 +27,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def print_crd() -> int:
-    from tas_extender.crd import crd
+    from tas_extender.cluster.crd import crd
 
     sys.stdout.write(yaml.dump(crd(), Dumper=_IndentedDumper, sort_keys=False))
     return 0
 
 
 def check_load_policy(path: str) -> int:
-    from tas_extender.load.policy import describe, load_policy_file, policy_warnings
+    from tas_extender.decide.load.policy import describe, load_policy_file, policy_warnings
 
     try:
         policy = load_policy_file(path)

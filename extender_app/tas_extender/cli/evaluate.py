@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 
 from tas_extender.cli.common import MISSING_METRICS, LoadInputs, MissingMetrics, load_policy_files, moment
-from tas_extender.policy import PolicyError
+from tas_extender.decide.policy import PolicyError
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(settings: EvaluateSettings) -> int:
-    from tas_extender.evaluate import evaluate
-    from tas_extender.metrics import Snapshot
+    from tas_extender.decide.metrics import Snapshot
+    from tas_extender.offline.evaluate import evaluate
     from tas_extender.sources.textfile import parse
 
     valid, invalid = load_policy_files(settings.policy_files)

@@ -25,11 +25,11 @@ from tas_extender.cli.common import (
     moment,
     read_document,
 )
-from tas_extender.engine import POLICY_LABEL
-from tas_extender.explain import explain, render
-from tas_extender.load.decide import LoadState
-from tas_extender.metrics import Sample
-from tas_extender.policy import GROUP, PLURAL, VERSION, Policy, PolicyError, parse_policy
+from tas_extender.decide.engine import POLICY_LABEL
+from tas_extender.decide.load.decide import LoadState
+from tas_extender.decide.metrics import Sample
+from tas_extender.decide.policy import GROUP, PLURAL, VERSION, Policy, PolicyError, parse_policy
+from tas_extender.offline.explain import explain, render
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -197,8 +197,8 @@ def _policy_from_cluster(api_client: ApiClient, pod: Mapping[str, Any]) -> tuple
 
 def _live_load(policy_file: str | None, core: Any, annotations: dict[str, dict[str, str]], now: float) -> LoadState:
     """Load as the server reads it: the nodes' annotations, and bindings from when each pod was scheduled."""
-    from tas_extender.load.hotspot import BindingCounter
-    from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file
+    from tas_extender.decide.load.hotspot import BindingCounter
+    from tas_extender.decide.load.policy import DEFAULT_POLICY, load_policy_file
 
     policy = load_policy_file(policy_file) if policy_file else DEFAULT_POLICY
     counter = BindingCounter(policy.longest_hot_window)

@@ -14,11 +14,11 @@ import threading
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from tas_extender.certs.renewal import SecretTarget
 from tas_extender.cli.common import duration, in_a_pod, kube_client
-from tas_extender.renewal import SecretTarget
 
 if TYPE_CHECKING:
-    from tas_extender.renewal import SecretsApi
+    from tas_extender.certs.renewal import SecretsApi
 
 log = logging.getLogger("tas_extender")
 
@@ -77,7 +77,7 @@ def _secrets_api(settings: RenewSettings) -> SecretsApi | None:
 
 def renew_until_stopped(settings: RenewSettings) -> int:
     """A pass now and every --interval until SIGTERM; with --once, 1 when the pass failed."""
-    from tas_extender.renewal import renew_once
+    from tas_extender.certs.renewal import renew_once
 
     try:
         api = _secrets_api(settings)

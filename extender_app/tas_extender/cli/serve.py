@@ -29,27 +29,27 @@ from tas_extender.cli.common import (
     metric_source,
     positive_int,
 )
-from tas_extender.policy import PolicyError
+from tas_extender.decide.policy import PolicyError
 
 if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a server nor the Kubernetes client
     import uvicorn
     from fastapi import FastAPI
     from kubernetes.client import ApiClient
 
-    from tas_extender.audit import PodEvents
-    from tas_extender.cache import MetricCache
-    from tas_extender.controller import Controller
-    from tas_extender.engine import Engine
-    from tas_extender.expiry import ExpiryEvents
-    from tas_extender.leader import LeaseElector
-    from tas_extender.load.annotator import Annotator
-    from tas_extender.load.mode import LoadAware
-    from tas_extender.load.policy import LoadPolicy
-    from tas_extender.sources import MetricSource
-    from tas_extender.store import PolicyStore
-    from tas_extender.sync import SyncLoop
-    from tas_extender.telemetry import Telemetry
-    from tas_extender.tls import PeerCertificates
+    from tas_extender.certs.expiry import ExpiryEvents
+    from tas_extender.certs.tls import PeerCertificates
+    from tas_extender.cluster.annotator import Annotator
+    from tas_extender.cluster.controller import Controller
+    from tas_extender.cluster.leader import LeaseElector
+    from tas_extender.cluster.sync import SyncLoop
+    from tas_extender.decide.audit import PodEvents
+    from tas_extender.decide.cache import MetricCache
+    from tas_extender.decide.engine import Engine
+    from tas_extender.decide.load.mode import LoadAware
+    from tas_extender.decide.load.policy import LoadPolicy
+    from tas_extender.decide.metrics import MetricSource
+    from tas_extender.decide.store import PolicyStore
+    from tas_extender.decide.telemetry import Telemetry
 
 log = logging.getLogger("tas_extender")
 
@@ -187,7 +187,7 @@ def _load_policy(settings: ServeSettings, api_client: ApiClient | None) -> LoadP
     """The DynamicSchedulerPolicy with --load-aware, else None."""
     if not settings.load_aware:
         return None
-    from tas_extender.load.policy import DEFAULT_POLICY, load_policy_file, policy_warnings
+    from tas_extender.decide.load.policy import DEFAULT_POLICY, load_policy_file, policy_warnings
 
     try:
         policy = load_policy_file(settings.load_policy) if settings.load_policy else DEFAULT_POLICY
@@ -207,9 +207,9 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine:
     certificates."""
     from kubernetes import client
 
-    from tas_extender.audit import PodEvents
-    from tas_extender.controller import Controller
-    from tas_extender.leader import LeaseElector
+    from tas_extender.cluster.controller import Controller
+    from tas_extender.cluster.leader import LeaseElector
+    from tas_extender.decide.audit import PodEvents
 
     elector = load = annotator = None
     if settings.leader_elect:
@@ -220,11 +220,11 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine:
     controller = Controller(api_client, engine, telemetry,
                             is_leader=lambda: elector is None or elector.is_leader)
     if load_policy is not None:
-        from tas_extender.load.mode import LoadAware
+        from tas_extender.decide.load.mode import LoadAware
 
         load = LoadAware(load_policy, controller.annotations)
         if settings.load_prometheus_url:
-            from tas_extender.load.annotator import Annotator
+            from tas_extender.cluster.annotator import Annotator
             from tas_extender.sources.prometheus import PrometheusSource
 
             source = PrometheusSource(settings.load_prometheus_url, metric_prefix="",
@@ -241,7 +241,7 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine:
 
 def _start_expiry_events(settings: ServeSettings, controller: Controller, elector: LeaseElector | None,
                          peers: PeerCertificates) -> ExpiryEvents:
-    from tas_extender.expiry import EventTarget, ExpiryEvents, lease_target, pod_target, watched
+    from tas_extender.certs.expiry import EventTarget, ExpiryEvents, lease_target, pod_target, watched
 
     def target() -> EventTarget:
         return pod_target(os.environ) or lease_target(settings.lease_namespace, settings.lease_name,
@@ -285,10 +285,10 @@ def _shutdown(sync: SyncLoop, cluster: ClusterParts) -> None:
 
 def server_settings(settings: ServeSettings, port: int, max_connections: int) -> dict[str, Any]:
     """uvicorn settings of one port: deadlines for slow clients, a connection cap, no WebSocket."""
-    from tas_extender.deadlines import with_deadlines
+    from tas_extender.serve.deadlines import with_deadlines
 
-    # httptools (under the deadlines) and uvloop, not uvicorn's pure-Python fallbacks: a third
-    # less time per call.
+    # httptools (under the deadlines) and uvloop, not uvicorn's pure-Python fallbacks: they take
+    # markedly less time per call.
     return {"host": settings.host, "port": port, "log_level": settings.log_level, "loop": "uvloop", "ws": "none",
             "http": with_deadlines(settings.header_timeout, settings.body_timeout),
             "limit_concurrency": max_connections, "timeout_keep_alive": 60,
@@ -303,7 +303,7 @@ def _run_servers(settings: ServeSettings, app: FastAPI, health_app: FastAPI | No
 
     options = server_settings(settings, settings.port, settings.max_connections)
     if peers is not None:
-        from tas_extender.tls import with_peer_certificates
+        from tas_extender.certs.tls import with_peer_certificates
 
         options["http"] = with_peer_certificates(options["http"], peers)
     options["access_log"] = settings.log_level == "debug"
@@ -317,7 +317,7 @@ def _run_servers(settings: ServeSettings, app: FastAPI, health_app: FastAPI | No
     config = uvicorn.Config(app, **options)
     config.load()
     if config.ssl is not None:
-        from tas_extender.tls import CertificateReloader
+        from tas_extender.certs.tls import CertificateReloader
 
         config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
         assert settings.cert and settings.key and settings.cacert  # ServeSettings.check
@@ -333,13 +333,13 @@ def _run_servers(settings: ServeSettings, app: FastAPI, health_app: FastAPI | No
 
 def serve_until_stopped(settings: ServeSettings) -> int:
     """Wire the parts together, as TAS's cmd/main.go does, and serve until stopped."""
-    from tas_extender.api import create_app, create_health_app
-    from tas_extender.cache import MetricCache
-    from tas_extender.engine import Engine
-    from tas_extender.store import PolicyStore
-    from tas_extender.sync import SyncLoop
-    from tas_extender.telemetry import Telemetry
-    from tas_extender.tls import PeerCertificates
+    from tas_extender.certs.tls import PeerCertificates
+    from tas_extender.cluster.sync import SyncLoop
+    from tas_extender.decide.cache import MetricCache
+    from tas_extender.decide.engine import Engine
+    from tas_extender.decide.store import PolicyStore
+    from tas_extender.decide.telemetry import Telemetry
+    from tas_extender.serve.api import create_app, create_health_app
 
     try:
         settings.check()
@@ -392,8 +392,8 @@ def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
 
 def _freeze_start_up_heap() -> None:
     """Leave the objects made while starting (modules, the app, the first policies) out of every
-    later garbage collection. A full collection walks every tracked object with the GIL held: at
-    5000 nodes that stalled one call in about 25 for 40 to 60 ms, and found nothing to collect.
+    later garbage collection. A full collection walks every tracked object with the GIL held: in a
+    large cluster that stalled calls now and then, and found nothing to collect.
     Frozen objects are still freed when their last reference goes; only cycles among them stay."""
     gc.collect()
     gc.freeze()

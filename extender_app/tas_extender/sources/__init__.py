@@ -1,22 +1,16 @@
-"""Metric sources behind one interface: fetch(metric names) -> metric -> node -> Sample."""
+"""Metric sources behind one interface (decide.metrics.MetricSource): metric names -> metric -> node -> Sample.
+
+The edge that fetches (files, Prometheus, the custom metrics API); imports decide and nothing else.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Protocol
 
-from tas_extender.metrics import Sample
+from tas_extender.decide.metrics import Sample
 
 log = logging.getLogger(__name__)
-
-
-class MetricSource(Protocol):
-    name: str
-
-    def fetch(self, metrics: set[str]) -> dict[str, dict[str, Sample]]:
-        """Current values of the given metrics for every node; raises on a failed fetch."""
-        ...
 
 
 def one_per_node(metric: str, found: Iterable[tuple[str, Sample]]) -> dict[str, Sample]:

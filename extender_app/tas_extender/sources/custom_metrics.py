@@ -12,7 +12,7 @@ import orjson
 from kubernetes.client import ApiClient
 from kubernetes.utils import parse_quantity
 
-from tas_extender.metrics import Sample
+from tas_extender.decide.metrics import Sample
 from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 
 import httpx
 
-from tas_extender.metrics import Sample
+from tas_extender.decide.metrics import Sample
 from tas_extender.sources.nodes import NodeAddresses, NodeMatcher
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import time
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from tas_extender.metrics import Sample
+from tas_extender.decide.metrics import Sample
 from tas_extender.sources import one_per_node
 
 log = logging.getLogger(__name__)

@@ -7,13 +7,13 @@ import pathlib
 import pytest
 
 from support.asgi import AsgiClient
-from tas_extender.api import create_app
-from tas_extender.cache import MetricCache
+from tas_extender.serve.api import create_app
+from tas_extender.decide.cache import MetricCache
 from tas_extender.cli import load_policy_files
-from tas_extender.engine import Engine
+from tas_extender.decide.engine import Engine
 from tas_extender.sources.textfile import TextfileSource
-from tas_extender.store import PolicyStore
-from tas_extender.telemetry import Telemetry
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.telemetry import Telemetry
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -14,21 +14,21 @@ from support.asgi import AsgiClient
 from kubernetes import client as k8s
 from support.load_aware import NOW, annotations_for
 
-from tas_extender import audit
-from tas_extender.api import create_app
-from tas_extender.cache import MetricCache
-from tas_extender.controller import MANAGED_ANNOTATION, Controller
-from tas_extender.engine import Engine
-from tas_extender.evaluate import evaluate
-from tas_extender.explain import explain, render
-from tas_extender.load.decide import LoadState
-from tas_extender.load.mode import LoadAware
-from tas_extender.load.policy import DEFAULT_POLICY
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.policy import ENFORCEMENT_ANNOTATION, PolicyError, parse_policy
+from tas_extender.decide import audit
+from tas_extender.serve.api import create_app
+from tas_extender.decide.cache import MetricCache
+from tas_extender.cluster.controller import MANAGED_ANNOTATION, Controller
+from tas_extender.decide.engine import Engine
+from tas_extender.offline.evaluate import evaluate
+from tas_extender.offline.explain import explain, render
+from tas_extender.decide.load.decide import LoadState
+from tas_extender.decide.load.mode import LoadAware
+from tas_extender.decide.load.policy import DEFAULT_POLICY
+from tas_extender.decide.metrics import Sample, Snapshot
+from tas_extender.decide.policy import ENFORCEMENT_ANNOTATION, PolicyError, parse_policy
 from tas_extender.sources.textfile import TextfileSource
-from tas_extender.store import PolicyStore
-from tas_extender.telemetry import Telemetry
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.telemetry import Telemetry
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 JSON = {"Content-Type": "application/json"}

@@ -12,7 +12,7 @@ import yaml
 
 from tas_extender.cli import duration, parser
 from tas_extender.cli.serve import MAX_CONNECTIONS, ServeSettings, server_settings
-from tas_extender.duration import parse_duration
+from tas_extender.decide.duration import parse_duration
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tas_extender.controller import MANAGED_ANNOTATION, label_patch, violating_condition
-from tas_extender.policy import parse_policy
+from tas_extender.cluster.controller import MANAGED_ANNOTATION, label_patch, violating_condition
+from tas_extender.decide.policy import parse_policy
 
 KEY = "telemetry.aware.scheduling.p/health"
 

@@ -21,16 +21,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from tas_extender import decision
-from tas_extender.load.decide import LoadState, crane_scores, load_failed
-from tas_extender.load.hotspot import BindingCounter
-from tas_extender.load.policy import (
+from tas_extender.decide import decision
+from tas_extender.decide.load.decide import LoadState, crane_scores, load_failed
+from tas_extender.decide.load.hotspot import BindingCounter
+from tas_extender.decide.load.policy import (
     DEFAULT_POLICY,
     LoadPolicy,
     parse_load_policy,
     policy_warnings,
 )
-from tas_extender.policy import PolicyError
+from tas_extender.decide.policy import PolicyError
 
 NOW = datetime(2026, 1, 2, 15, 4, 5, tzinfo=UTC)
 API = {"apiVersion": "scheduler.policy.crane.io/v1alpha1", "kind": "DynamicSchedulerPolicy"}

@@ -9,9 +9,9 @@ from kubernetes.client import ApiException
 
 from tas_extender.cli import parser
 from tas_extender.cli.serve import ServeSettings
-from tas_extender.expiry import REASON, ExpiryEvents, Watched, lease_target, pod_target
-from tas_extender.telemetry import Telemetry
-from tas_extender.tls import PeerCertificates, Presented
+from tas_extender.certs.expiry import REASON, ExpiryEvents, Watched, lease_target, pod_target
+from tas_extender.decide.telemetry import Telemetry
+from tas_extender.certs.tls import PeerCertificates, Presented
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

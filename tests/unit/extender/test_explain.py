@@ -12,14 +12,14 @@ import sys
 import pytest
 import yaml
 
-from tas_extender import decision
-from tas_extender.explain import explain
-from tas_extender.load.annotations import format_value
-from tas_extender.load.decide import LoadState
-from tas_extender.load.policy import DEFAULT_POLICY
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.policy import parse_policy
-from tas_extender.strategies import dontschedule, scheduleonmetric
+from tas_extender.decide import decision
+from tas_extender.offline.explain import explain
+from tas_extender.decide.load.annotations import format_value
+from tas_extender.decide.load.decide import LoadState
+from tas_extender.decide.load.policy import DEFAULT_POLICY
+from tas_extender.decide.metrics import Sample, Snapshot
+from tas_extender.decide.policy import parse_policy
+from tas_extender.decide.strategies import dontschedule, scheduleonmetric
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 DEMO = yaml.safe_load((FIXTURES / "policies" / "demo-policy.yaml").read_text())

@@ -16,17 +16,17 @@ import orjson
 import pytest
 import yaml
 
-from tas_extender.cache import MetricCache
+from tas_extender.decide.cache import MetricCache
 from tas_extender.cli import load_policy_files
-from tas_extender.engine import Engine
-from tas_extender.evaluate import evaluate
-from tas_extender.metrics import Sample
-from tas_extender.policy import PolicyError, parse_policy
+from tas_extender.decide.engine import Engine
+from tas_extender.offline.evaluate import evaluate
+from tas_extender.decide.metrics import Sample
+from tas_extender.decide.policy import PolicyError, parse_policy
 from tas_extender.sources.custom_metrics import CustomMetricsSource
 from tas_extender.sources.prometheus import PrometheusSource
 from tas_extender.sources.textfile import TextfileSource
-from tas_extender.store import PolicyStore
-from tas_extender.strategies import labeling
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.strategies import labeling
 
 RULE = {"metricname": "health_metric", "operator": "Equals", "target": 1}
 

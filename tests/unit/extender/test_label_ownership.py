@@ -8,15 +8,15 @@ import time
 import pytest
 from kubernetes import client
 
-from tas_extender.cache import MetricCache
-from tas_extender.controller import (MANAGED_ANNOTATION, Controller, foreign_labels, label_patch,
+from tas_extender.decide.cache import MetricCache
+from tas_extender.cluster.controller import (MANAGED_ANNOTATION, Controller, foreign_labels, label_patch,
                                      shadowed_policies)
-from tas_extender.crd import crd
-from tas_extender.engine import Engine
-from tas_extender.metrics import Sample
-from tas_extender.policy import PolicyError, parse_policy
-from tas_extender.store import PolicyStore
-from tas_extender.telemetry import Telemetry
+from tas_extender.cluster.crd import crd
+from tas_extender.decide.engine import Engine
+from tas_extender.decide.metrics import Sample
+from tas_extender.decide.policy import PolicyError, parse_policy
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.telemetry import Telemetry
 
 DESCHEDULE = {"deschedule": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 2}]},
               "labeling": {"rules": [{"metricname": "health_metric", "operator": "Equals", "target": 2,

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 from support.asgi import AsgiClient
 
-from tas_extender import api
-from tas_extender.api import LARGE_BODY, SEND_PIECE, Verbs, create_app
-from tas_extender.telemetry import Telemetry
+from tas_extender.serve import api
+from tas_extender.serve.api import LARGE_BODY, SEND_PIECE, Verbs, create_app
+from tas_extender.decide.telemetry import Telemetry
 
 JSON = {"Content-Type": "application/json"}
 

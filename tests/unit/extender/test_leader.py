@@ -9,7 +9,7 @@ import datetime
 import pytest
 from kubernetes import client
 
-from tas_extender.leader import LeaseElector
+from tas_extender.cluster.leader import LeaseElector
 
 DURATION = 15
 RENEW = 5.0

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import yaml
-from tas_extender.load.annotations import (
+from tas_extender.decide.load.annotations import (
     annotation_keys,
     format_value,
     fresh_values,
     parse_value,
 )
-from tas_extender.load.decide import (
+from tas_extender.decide.load.decide import (
     combine,
     extender_score,
     final_score,
@@ -24,15 +24,15 @@ from tas_extender.load.decide import (
     node_score,
     overloaded,
 )
-from tas_extender.load.hotspot import BindingCounter
-from tas_extender.load.policy import (
+from tas_extender.decide.load.hotspot import BindingCounter
+from tas_extender.decide.load.policy import (
     DEFAULT_POLICY,
     LoadPolicy,
     load_policy_file,
     parse_load_policy,
     policy_warnings,
 )
-from tas_extender.policy import PolicyError
+from tas_extender.decide.policy import PolicyError
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
 

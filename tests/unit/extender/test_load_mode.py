@@ -7,10 +7,10 @@ import datetime
 import pytest
 from support.asgi import AsgiClient
 from support.load_aware import NODES, NOW, annotations_for
-from tas_extender.api import create_app
-from tas_extender.load.mode import LoadAware
-from tas_extender.load.policy import DEFAULT_POLICY
-from tas_extender.telemetry import Telemetry
+from tas_extender.serve.api import create_app
+from tas_extender.decide.load.mode import LoadAware
+from tas_extender.decide.load.policy import DEFAULT_POLICY
+from tas_extender.decide.telemetry import Telemetry
 
 
 @pytest.fixture
@@ -97,14 +97,14 @@ class FakeSource:
         self.table, self.asked = table, []
 
     def fetch(self, metrics: set[str]):
-        from tas_extender.metrics import Sample
+        from tas_extender.decide.metrics import Sample
 
         self.asked.append(sorted(metrics))
         return {m: {n: Sample(v, NOW) for n, v in self.table.get(m, {}).items()} for m in metrics}
 
 
 def test_the_annotator_writes_cranes_format_on_each_metrics_own_period_and_lists_what_it_wrote():
-    from tas_extender.load.annotator import MANAGED_KEY, Annotator
+    from tas_extender.cluster.annotator import MANAGED_KEY, Annotator
 
     clock = [NOW]
     source = FakeSource({"cpu_usage_avg_5m": {"node-1": 42.5, "node-2": float("nan")},
@@ -151,7 +151,7 @@ def test_the_annotator_writes_cranes_format_on_each_metrics_own_period_and_lists
 
 def test_a_node_that_never_had_a_load_series_is_not_waited_for():
     """A control plane nobody scrapes: the metrics the workers have are complete without it."""
-    from tas_extender.load.annotator import Annotator
+    from tas_extender.cluster.annotator import Annotator
 
     clock = [NOW]
     source = FakeSource({m: {"node-1": 10.0} for m in DEFAULT_POLICY.sync})
@@ -164,7 +164,7 @@ def test_a_node_that_never_had_a_load_series_is_not_waited_for():
 
 
 def test_turning_the_mode_off_removes_exactly_the_annotations_it_wrote():
-    from tas_extender.load.annotator import MANAGED_KEY, cleanup_patches
+    from tas_extender.cluster.annotator import MANAGED_KEY, cleanup_patches
 
     nodes = {"node-1": {MANAGED_KEY: "cpu_usage_avg_5m", "cpu_usage_avg_5m": "1,x", "other": "kept"},
              "node-2": {"other": "kept"}}
@@ -180,7 +180,7 @@ def test_evaluate_answers_offline_what_the_app_answers(engine, tmp_path):
 
     import yaml
     from support import FIXTURES
-    from tas_extender.load.policy import load_policy_file
+    from tas_extender.decide.load.policy import load_policy_file
 
     policy_path = tmp_path / "policy.yaml"
     policy_path.write_text(yaml.safe_dump({

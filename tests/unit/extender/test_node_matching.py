@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from tas_extender.metrics import Sample
+from tas_extender.decide.metrics import Sample
 from tas_extender.sources.nodes import NodeMatcher, instance_host
 from tas_extender.sources.prometheus import PrometheusSource
 
@@ -131,11 +131,11 @@ def test_series_with_a_node_label_are_read_as_before():
 def test_the_controller_gives_each_nodes_addresses_once_the_nodes_are_listed():
     from kubernetes import client
 
-    from tas_extender.cache import MetricCache
-    from tas_extender.controller import Controller
-    from tas_extender.engine import Engine
-    from tas_extender.store import PolicyStore
-    from tas_extender.telemetry import Telemetry
+    from tas_extender.decide.cache import MetricCache
+    from tas_extender.cluster.controller import Controller
+    from tas_extender.decide.engine import Engine
+    from tas_extender.decide.store import PolicyStore
+    from tas_extender.decide.telemetry import Telemetry
 
     def node(name: str, *addresses: str) -> client.V1Node:
         return client.V1Node(metadata=client.V1ObjectMeta(name=name), status=client.V1NodeStatus(

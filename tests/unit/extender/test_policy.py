@@ -7,8 +7,8 @@ import pathlib
 import pytest
 import yaml
 
-from tas_extender.crd import crd
-from tas_extender.policy import PolicyError, parse_policy
+from tas_extender.cluster.crd import crd
+from tas_extender.decide.policy import PolicyError, parse_policy
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "policies"
 

@@ -23,7 +23,7 @@ from kubernetes.client import ApiException
 from support.pki import Pki, pem_key
 from tas_extender.cli import parser
 from tas_extender.cli.renew import RenewSettings, renew_until_stopped
-from tas_extender.renewal import SecretTarget, renew_once, replace_file
+from tas_extender.certs.renewal import SecretTarget, renew_once, replace_file
 
 NOW = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 DAY = datetime.timedelta(days=1)

@@ -15,10 +15,10 @@ import pytest
 from kubernetes import client, watch
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from tas_extender import reports
-from tas_extender.decision import NOT_DECIDED
-from tas_extender.controller import Controller
-from tas_extender.telemetry import DESCHEDULER_RESULTS, Telemetry
+from tas_extender.cluster import reports
+from tas_extender.decide.decision import NOT_DECIDED
+from tas_extender.cluster.controller import Controller
+from tas_extender.decide.telemetry import DESCHEDULER_RESULTS, Telemetry
 
 NOW = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
 URL = "https://tas-extender.tas-system.svc:9001/scheduler"

@@ -11,17 +11,17 @@ import orjson
 import pytest
 import yaml
 
-from tas_extender import wire
-from tas_extender.cache import MetricCache
+from tas_extender.decide import wire
+from tas_extender.decide.cache import MetricCache
 from tas_extender.cli import load_policy_files
-from tas_extender.decision import Decider
-from tas_extender.engine import Engine
-from tas_extender.load.decide import LoadState
-from tas_extender.load.policy import DEFAULT_POLICY
-from tas_extender.policy import ENFORCEMENT_ANNOTATION, parse_policy
+from tas_extender.decide.decision import Decider
+from tas_extender.decide.engine import Engine
+from tas_extender.decide.load.decide import LoadState
+from tas_extender.decide.load.policy import DEFAULT_POLICY
+from tas_extender.decide.policy import ENFORCEMENT_ANNOTATION, parse_policy
 from tas_extender.sources.textfile import TextfileSource
-from tas_extender.store import PolicyStore
-from tas_extender.telemetry import Telemetry
+from tas_extender.decide.store import PolicyStore
+from tas_extender.decide.telemetry import Telemetry
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 DEMO = FIXTURES / "policies" / "demo-policy.yaml"

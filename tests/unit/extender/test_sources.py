@@ -8,8 +8,8 @@ import pathlib
 import httpx
 import pytest
 
-from tas_extender.cache import MetricCache
-from tas_extender.metrics import Sample
+from tas_extender.decide.cache import MetricCache
+from tas_extender.decide.metrics import Sample
 from tas_extender.sources.custom_metrics import parse_metric_value_list
 from tas_extender.sources.prometheus import PrometheusSource
 from tas_extender.sources.textfile import TextfileSource, parse

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.policy import parse_policy
-from tas_extender.rules import breaks
-from tas_extender.policy import Rule
-from tas_extender.strategies import deschedule, dontschedule, labeling, scheduleonmetric
+from tas_extender.decide.metrics import Sample, Snapshot
+from tas_extender.decide.policy import parse_policy
+from tas_extender.decide.rules import breaks
+from tas_extender.decide.policy import Rule
+from tas_extender.decide.strategies import deschedule, dontschedule, labeling, scheduleonmetric
 
 NOW = 1_000_000.0
 

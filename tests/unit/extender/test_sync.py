@@ -6,12 +6,12 @@ import pathlib
 import time
 from collections.abc import Callable
 
-from tas_extender.cache import MetricCache
+from tas_extender.decide.cache import MetricCache
 from tas_extender.cli import load_policy_files
-from tas_extender.engine import Engine
+from tas_extender.decide.engine import Engine
 from tas_extender.sources.textfile import TextfileSource
-from tas_extender.store import PolicyStore
-from tas_extender.sync import SyncLoop
+from tas_extender.decide.store import PolicyStore
+from tas_extender.cluster.sync import SyncLoop
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "fixtures"
 DEADLINE_SECONDS = 20
@@ -91,9 +91,9 @@ def test_filter_answers_an_error_until_a_round_has_fetched_the_listed_policies_m
 
     import httpx
 
-    from tas_extender.api import create_app
-    from tas_extender.decision import NOT_DECIDED
-    from tas_extender.telemetry import Telemetry
+    from tas_extender.serve.api import create_app
+    from tas_extender.decide.decision import NOT_DECIDED
+    from tas_extender.decide.telemetry import Telemetry
 
     metrics = tmp_path / "metrics.prom"
     metrics.write_text((FIXTURES / "health.prom").read_text())

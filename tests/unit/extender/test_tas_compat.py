@@ -12,11 +12,11 @@ import pathlib
 import httpx
 import pytest
 import yaml
-from tas_extender.controller import warning_condition
-from tas_extender.metrics import Sample, Snapshot
-from tas_extender.policy import PolicyError, parse_policy
+from tas_extender.cluster.controller import warning_condition
+from tas_extender.decide.metrics import Sample, Snapshot
+from tas_extender.decide.policy import PolicyError, parse_policy
 from tas_extender.sources.prometheus import PrometheusSource
-from tas_extender.strategies import deschedule, dontschedule, labeling, scheduleonmetric
+from tas_extender.decide.strategies import deschedule, dontschedule, labeling, scheduleonmetric
 
 NOW = 1_000_000.0
 TAS_POLICIES = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "policies" / "tas"

@@ -9,8 +9,8 @@ import threading
 import pytest
 from kubernetes import client
 
-from tas_extender import controller
-from tas_extender.backoff import Backoff
+from tas_extender.cluster import controller
+from tas_extender.cluster.backoff import Backoff
 
 LISTING = {"items": [], "metadata": {"resourceVersion": "7"}}
 EVENT = {"type": "MODIFIED", "object": {"metadata": {"name": "n"}}}

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from tas_extender import wire
+from tas_extender.decide import wire
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "scheduler-requests"
 

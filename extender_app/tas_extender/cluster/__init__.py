@@ -1,0 +1,3 @@
+"""The cluster side: the TASPolicy controller and its CRD, leader election, the sync loop, the
+node annotator, and the Events and status it reports. May import decide; nothing else of tas_extender.
+"""
