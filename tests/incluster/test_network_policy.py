@@ -5,15 +5,12 @@ host reach its TLS port; no other pod reaches any of its ports.
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 from kubernetes import client
 from kubernetes.stream import stream
 
 from support import real_control_planes, wait_for
-from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, MONITORING_NS, client_tls, create_demo_pod, filter_calls,
-                               node_ip, ready_pods)
+from support.incluster import DEADLINE, EXTENDER_NS, MONITORING_NS, node_ip, place_a_demo_pod_through_the_extender, ready_pods
 
 IMAGE = "tas-extender:0.1.0"  # a Python image built from the project's files
 # One TCP connection attempt: "open", "timeout" (the SYN dropped) or the error's name.
@@ -78,16 +75,9 @@ def test_only_the_scheduler_prometheus_and_the_admin_host_reach_the_extender(api
 
     # the kubelet's probes still pass on the health port: every replica stays Ready
     assert len(ready_pods(core, EXTENDER_NS, "app.kubernetes.io/name=tas-extender")) == len(replicas)
-    # this machine, the admin host the inventory lets in, asks each replica (filter_calls does)
-    before = filter_calls(core, client_tls())
-    # kube-scheduler still calls the extender for a policy pod
-    name = f"probe-{uuid.uuid4().hex[:6]}"
-    create_demo_pod(core, name)
-    try:
-        wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, DEADLINE, f"{name} scheduled")
-        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call to the extender")
-    finally:
-        core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
+    # kube-scheduler still calls the extender for a policy pod; this machine, the admin host the
+    # inventory lets in, asks each replica how often (filter_calls)
+    place_a_demo_pod_through_the_extender(core, DEADLINE)
 
     # Prometheus still scrapes every replica on the TLS port: each target scraped again, and up
     def extender_targets() -> dict[str, dict]:

@@ -133,7 +133,7 @@ def place_a_demo_pod_through_the_extender(core: client.CoreV1Api, deadline: floa
     create_demo_pod(core, name)
     try:
         wait_for(lambda: core.read_namespaced_pod(name, DEMO_NS).spec.node_name, deadline, f"{name} scheduled")
-        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call after the renewal")
+        wait_for(lambda: filter_calls(core, client_tls()) > before, 30, "the scheduler's call to the extender")
     finally:
         core.delete_namespaced_pod(name, DEMO_NS, grace_period_seconds=0)
 
