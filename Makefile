@@ -104,8 +104,12 @@ molecule: venv ## The health-metric demo end to end on the KWOK cluster: cluster
 
 # One real-node cluster for the three scenarios (molecule's shared state): the default scenario's
 # create brings it up and its destroy takes it down and compares the host; each runs alone too.
+# Their molecule state starts afresh: a run cut off leaves it saying "created", and molecule would
+# skip the create that takes down what such a run left.
+REALNODE_MOLECULE_DIR := $(CURDIR)/build/molecule-realnode
 realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall), the cluster as a managed one, the upgrade from the previous release; down (host as before)
-	$(ON_REAL_CLUSTER) molecule test -s default -s managed -s upgrade
+	rm -rf $(REALNODE_MOLECULE_DIR)
+	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s managed -s upgrade
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.
