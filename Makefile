@@ -109,7 +109,7 @@ molecule: venv ## The health-metric demo end to end on the KWOK cluster: cluster
 REALNODE_MOLECULE_DIR := $(CURDIR)/build/molecule-realnode
 realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall), the cluster as a managed one, the upgrade from the previous release; down (host as before)
 	rm -rf $(REALNODE_MOLECULE_DIR)
-	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s managed -s upgrade
+	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s upgrade -s managed
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.
