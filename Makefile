@@ -105,9 +105,10 @@ molecule: venv ## The health-metric demo end to end on the KWOK cluster: cluster
 # One real-node cluster for the three scenarios (molecule's shared state): the default scenario's
 # create brings it up and its destroy takes it down and compares the host; each runs alone too.
 # Their molecule state starts afresh: a run cut off leaves it saying "created", and molecule would
-# skip the create that takes down what such a run left. Outside the repository: the upgrade
-# unpacks the previous release's tree there, which must not find itself inside this one's.
-REALNODE_MOLECULE_DIR := $(TAS_REAL_CLUSTER_DIR).molecule
+# skip the create that takes down what such a run left. Outside the repository (the upgrade
+# unpacks the previous release's tree there), and under a name without the cluster's markers
+# (tests/realnode/host_state.py would count molecule's own processes as the cluster's).
+REALNODE_MOLECULE_DIR := $(HOME)/.local/state/tas-molecule-realnode
 realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall), the cluster as a managed one, the upgrade from the previous release; down (host as before)
 	rm -rf $(REALNODE_MOLECULE_DIR)
 	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s upgrade -s managed
