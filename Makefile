@@ -51,8 +51,8 @@ cluster-down: venv ## Stop the KWOK cluster and remove its state
 real-cluster: venv ## Bring the real-node cluster up: kubeadm, a control plane and 3 workers running real containers
 	ansible-playbook -i inventory/real playbooks/real_cluster.yml
 
-# At the lowest CPU priority: make test runs it beside the KWOK scenario, whose waits leave a core
-# idle much of the time, so that the real-node scenarios find their binaries and images built.
+# At the lowest CPU priority, for building ahead beside other work (make realnode builds what is
+# missing itself, in its create).
 real-cluster-images: venv ## Build the real-node cluster's binaries and images into the cache, and nothing else
 	nice -n 19 ansible-playbook -i inventory/real playbooks/real_cluster.yml -e cluster_state=images
 

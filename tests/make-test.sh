@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What `make test` runs, in order, read top to bottom. Each stage is one or more make targets:
-# targets of one stage run side by side (the first one's output shown as it comes, each other's
-# kept in build/<target>.log and shown when the stage is done), and a stage starts when the one
-# before it has passed. Each stage's time is appended to $TAS_TEST_DURATIONS, which is printed
+# What `make test` runs, in order, read top to bottom. A stage is one or more groups of make
+# targets: the groups of one stage run side by side, the targets of a group one after the other
+# (one make call). The first group's output is shown as it comes; each other group's is kept in
+# build/<group>.log and shown when the stage is done. A stage starts when the one before it has
+# passed. Each stage's and each group's time is appended to $TAS_TEST_DURATIONS, which is printed
 # last with the slowest tests, then the failures ($TAS_TEST_FAILURES); the Makefile sets both.
 set -uo pipefail
 
@@ -12,24 +13,33 @@ logs=$(dirname "$TAS_TEST_DURATIONS")
 rm -f "$TAS_TEST_FAILURES" "$TAS_TEST_DURATIONS"
 mkdir -p "$logs"
 
-# side_by_side TARGET...: every target at once; fails if any failed.
+# group "TARGET...": one make call for the targets, in order, timed.
+group() {
+  local start=$SECONDS rc=0
+  # shellcheck disable=SC2086 # a group is its targets, split on spaces
+  "${make[@]}" $1 || rc=$?
+  echo "  make $1: $((SECONDS - start)) s, exit $rc" >>"$TAS_TEST_DURATIONS"
+  return "$rc"
+}
+
+# side_by_side "GROUP"...: every group at once; fails if any failed.
 side_by_side() {
-  local pids=() target pid status=0
-  "${make[@]}" "$1" & pids+=($!)
-  for target in "${@:2}"; do "${make[@]}" "$target" >"$logs/$target.log" 2>&1 & pids+=($!); done
+  local pids=() each pid status=0
+  group "$1" & pids+=($!)
+  for each in "${@:2}"; do group "$each" >"$logs/${each// /+}.log" 2>&1 & pids+=($!); done
   for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
-  for target in "${@:2}"; do echo "--- make $target (beside make $1)"; cat "$logs/$target.log"; done
+  for each in "${@:2}"; do echo "--- make $each (beside make $1)"; cat "$logs/${each// /+}.log"; done
   return "$status"
 }
 
-# stage TARGET...: one stage, timed; the run stops at the first stage that fails.
+# stage "GROUP"...: one stage, timed; the run stops at the first stage that fails.
 stage() {
   local start=$SECONDS rc=0 name
-  name=$(IFS=+; echo "$*")
+  name=$(IFS=,; echo "$*")
   side_by_side "$@" || rc=$?
-  echo "make $name: $((SECONDS - start)) s, exit $rc" | tee -a "$TAS_TEST_DURATIONS"
+  echo "stage $name: $((SECONDS - start)) s, exit $rc" | tee -a "$TAS_TEST_DURATIONS"
   if [ "$rc" != 0 ]; then
-    finish "make test failed at make $name"
+    finish "make test failed at stage $name"
   fi
 }
 
@@ -46,14 +56,15 @@ finish() {
 
 # What the others need first, side by side: pip and apt wait on the network.
 stage venv prometheus-tools
-# No cluster: unit and API tests; beside them the linters, each mostly one core.
-stage unit lint
-# The KWOK cluster: its integration tests, then its molecule scenario (the demo with every
-# service on the host). Beside the scenario, whose waits leave a core idle much of the time, the
-# real-node cluster's binaries and images are built at the lowest CPU priority.
-stage integration
-stage molecule real-cluster-images
-# The real-node cluster, brought up once for every phase: the roles' defaults, the cluster as a
-# managed one, the upgrade from the previous release; taken down and the host compared.
-stage realnode
+# No cluster: unit and API tests, and the linters, each mostly one core. Beside them the KWOK
+# cluster comes up (on a cold machine this builds its binaries, the longest wait of a first run).
+stage unit lint cluster
+# The two clusters side by side: the real-node one brought up once for every phase (the roles'
+# defaults, the upgrade from the previous release, the cluster as a managed one), taken down and
+# the host compared; beside it, on the KWOK cluster, the integration tests and then the KWOK
+# scenario (the demo with every service on the host). The real-node cluster waits on its timers
+# (scrape, sync, the descheduler's minute) much of the time, which is when the KWOK side runs.
+# Nothing is shared: the KWOK cluster lives in its own directory on 127.0.0.1, the real-node
+# cluster in its nodes' namespaces (docs/local-cluster.md, "Two clusters at once").
+stage realnode "integration molecule"
 finish
