@@ -57,8 +57,10 @@ finish() {
 # What the others need first, side by side: pip and apt wait on the network.
 stage venv prometheus-tools
 # No cluster: unit and API tests, and the linters, each mostly one core. Beside them the KWOK
-# cluster comes up (on a cold machine this builds its binaries, the longest wait of a first run).
-stage unit lint cluster
+# cluster comes up (on a cold machine this builds its binaries, the longest wait of a first run),
+# and a real-node cluster left running (`make demo`'s) goes down now rather than at the real-node
+# scenarios' create, so that it takes no CPU from this stage.
+stage unit lint cluster real-cluster-down
 # The two clusters side by side: the real-node one brought up once for every phase (the roles'
 # defaults, the upgrade from the previous release, the cluster as a managed one), taken down and
 # the host compared; beside it, on the KWOK cluster, the integration tests and then the KWOK
