@@ -419,20 +419,17 @@ class Controller:
         """The labels every enforced policy wants on each node, the violating nodes of every valid
         policy (an audit policy's are reported, never labelled), and the policies that set none
         because another namespace's policy holds their name."""
-        snapshot = self.engine.view.snapshot
+        view = self.engine.view
         names = self._node_names()
         policies = self.store.policies()
         desired = Desired(labels={n: {} for n in names}, violating={},
                           not_set={key: [("NameTaken", why)] for key, why in shadowed_policies(policies).items()})
         for policy in policies:
-            bad = deschedule.violating_nodes(policy, snapshot, names)
+            bad = view.violating(policy, names)
             desired.violating[policy.key] = bad
             if policy.audit or policy.key in desired.not_set:
                 continue  # audit: the descheduler evicts nothing for it; labels set while enforced go
-            wanted = {node: {deschedule.label_key(policy): deschedule.VIOLATING} for node in bad}
-            for node, labels in labeling.node_labels(policy, snapshot, names).items():
-                wanted.setdefault(node, {}).update(labels)
-            for node, labels in wanted.items():
+            for node, labels in view.labels(policy, names, bad).items():
                 desired.labels[node].update(labels)
                 desired.owners.update(dict.fromkeys(labels, policy.key))
         return desired
@@ -484,8 +481,8 @@ class Controller:
         if not policy.audit:
             return None
         names = self._node_names()
-        return _enforced_condition(policy, sorted(self.engine.failed(policy, names)), violating,
-                                   sorted(labeling.node_labels(policy, self.engine.view.snapshot, names)))
+        labelled = self.engine.view.labels(policy, names, violating=())  # those of its labeling rules
+        return _enforced_condition(policy, sorted(self.engine.failed(policy, names)), violating, sorted(labelled))
 
     def _report_not_set(self, not_set: dict[str, list[tuple[str, str]]]) -> None:
         """Log each reason a policy's labels are not set once, when it first appears."""
