@@ -24,6 +24,8 @@ log = logging.getLogger("tas_extender")
 
 MissingMetrics = Literal["fail-open", "fail-closed"]
 MISSING_METRICS = ["fail-open", "fail-closed"]
+# --log-level's choices (the collection's roles offer the same in their argument specs)
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
 class UsageError(Exception):
@@ -53,6 +55,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """--log-level, as every long-running subcommand takes it; `main` sets the level from it."""
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
 
 
 def load_policy_files(paths: list[str]) -> tuple[list[Policy], dict[str, PolicyError]]:

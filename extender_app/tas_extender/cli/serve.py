@@ -22,6 +22,7 @@ from tas_extender.cli.common import (
     MISSING_METRICS,
     MissingMetrics,
     UsageError,
+    add_log_level,
     duration,
     in_a_pod,
     kube_client,
@@ -148,7 +149,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "telemetry-aware-scheduling"))
     serve.add_argument("--lease-name", default="tas-extender")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(serve)
     serve.add_argument("--certificate-warning", type=duration, default=14 * 86400.0,
                        help="record a Warning Event CertificateExpiring this long before the served certificate, "
                             "the CA or a client's certificate expires (336h: 14 days); on the pod (POD_NAME), "
