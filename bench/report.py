@@ -287,7 +287,7 @@ def _levers(latency: list[dict], throughput: list[dict]) -> list[str]:
            "5. **Most verb calls are answered from the HTTP protocol's callbacks** (`tas_extender/serve/fastpath.py`): "
            "through ASGI, uvicorn made each request a cycle object, an event and a task, and the answer went out "
            "through three awaited messages. A POST to a verb with a JSON body of a declared length up to 1 MB is "
-           "now gathered as httptools parses it, decided by the same `Verbs.respond` and written at once; "
+           "now gathered as httptools parses it, decided by the same `Verbs.answer_for` and written at once; "
            "anything else goes the ASGI way. Server CPU per NodeNames call at 1000 nodes (the body of the "
            "latency table), the server before and after side by side, three alternating rounds of 3000 "
            "calls on one quiet machine: filter 0.343 ms before, 0.313 after; prioritize 0.357 before, 0.283 "

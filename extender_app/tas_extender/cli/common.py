@@ -19,11 +19,14 @@ if TYPE_CHECKING:  # imported where used: `crd` and `evaluate` need no Kubernete
 
     from tas_extender.decide.load.decide import LoadState
     from tas_extender.decide.metrics import MetricSource
+    from tas_extender.sources.nodes import NodeAddresses
 
 log = logging.getLogger("tas_extender")
 
 MissingMetrics = Literal["fail-open", "fail-closed"]
 MISSING_METRICS = ["fail-open", "fail-closed"]
+# --log-level's choices (the collection's roles offer the same in their argument specs)
+LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 
 class UsageError(Exception):
@@ -53,6 +56,11 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """--log-level, as every long-running subcommand takes it; `main` sets the level from it."""
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
 
 
 def load_policy_files(paths: list[str]) -> tuple[list[Policy], dict[str, PolicyError]]:
@@ -177,8 +185,9 @@ def in_a_pod() -> bool:
 
 
 def metric_source(name: str | None, metrics_file: str | None, prometheus_url: str,
-                  api_client: ApiClient | None) -> MetricSource:
-    """--metrics-source (file when only --metrics-file is given, else custom-metrics)."""
+                  api_client: ApiClient | None, node_addresses: NodeAddresses | None = None) -> MetricSource:
+    """--metrics-source (file when only --metrics-file is given, else custom-metrics). Prometheus
+    matches a series without a `node` label to a node by `node_addresses` (sources/nodes.py)."""
     name = name or ("file" if metrics_file else "custom-metrics")
     if name == "file":
         if not metrics_file:
@@ -189,7 +198,7 @@ def metric_source(name: str | None, metrics_file: str | None, prometheus_url: st
     if name == "prometheus":
         from tas_extender.sources.prometheus import PrometheusSource
 
-        return PrometheusSource(prometheus_url)
+        return PrometheusSource(prometheus_url, node_addresses=node_addresses)
     if api_client is None:
         raise UsageError("the custom metrics API needs --kubeconfig (or a pod), or give --metrics-file")
     from tas_extender.sources.custom_metrics import CustomMetricsSource

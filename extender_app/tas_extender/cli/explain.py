@@ -162,11 +162,12 @@ def _live(settings: ExplainSettings, namespaced_name: str) -> dict[str, Any]:
     samples: dict[str, dict[str, Sample]] = {}
     metrics = policy.metric_names() if policy else set()
     if metrics:
-        source = metric_source(settings.metrics_source, settings.metrics_file, settings.prometheus_url, api_client)
-        if hasattr(source, "node_addresses"):
-            addresses = {node["metadata"]["name"]: [a["address"] for a in node.get("status", {}).get("addresses", [])]
-                         for node in listed}
-            source.node_addresses = lambda: addresses
+        def addresses() -> dict[str, list[str]]:  # asked only by the Prometheus source
+            return {node["metadata"]["name"]: [a["address"] for a in node.get("status", {}).get("addresses", [])]
+                    for node in listed}
+
+        source = metric_source(settings.metrics_source, settings.metrics_file, settings.prometheus_url, api_client,
+                               node_addresses=addresses)
         samples = source.fetch(metrics)
     now = time.time()
     load = None

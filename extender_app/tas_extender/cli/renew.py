@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from tas_extender.certs.renewal import SecretTarget
-from tas_extender.cli.common import duration, in_a_pod, kube_client
+from tas_extender.cli.common import add_log_level, duration, in_a_pod, kube_client
 
 if TYPE_CHECKING:
     from tas_extender.certs.renewal import SecretsApi
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     renew.add_argument("--kubeConfig", "--kubeconfig", dest="kubeconfig", default=None,
                        help="kubeconfig file for the Secrets; in a pod the in-cluster config is used")
     renew.add_argument("--once", action="store_true", help="one pass, then exit")
-    renew.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(renew)
 
 
 def _secrets_api(settings: RenewSettings) -> SecretsApi | None:

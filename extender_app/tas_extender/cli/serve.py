@@ -22,6 +22,7 @@ from tas_extender.cli.common import (
     MISSING_METRICS,
     MissingMetrics,
     UsageError,
+    add_log_level,
     duration,
     in_a_pod,
     kube_client,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a s
     from tas_extender.cluster.controller import Controller
     from tas_extender.cluster.leader import LeaseElector
     from tas_extender.cluster.sync import SyncLoop
+    from tas_extender.cluster.watch import NodeCache
     from tas_extender.decide.audit import PodEvents
     from tas_extender.decide.cache import MetricCache
     from tas_extender.decide.engine import Engine
@@ -148,7 +150,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "telemetry-aware-scheduling"))
     serve.add_argument("--lease-name", default="tas-extender")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(serve)
     serve.add_argument("--certificate-warning", type=duration, default=14 * 86400.0,
                        help="record a Warning Event CertificateExpiring this long before the served certificate, "
                             "the CA or a client's certificate expires (336h: 14 days); on the pod (POD_NAME), "
@@ -200,8 +202,9 @@ def _load_policy(settings: ServeSettings, api_client: ApiClient | None) -> LoadP
     return policy
 
 
-def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine: Engine, telemetry: Telemetry,
-                         load_policy: LoadPolicy | None, peers: PeerCertificates | None) -> ClusterParts:
+def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, nodes: NodeCache, engine: Engine,
+                         telemetry: Telemetry, load_policy: LoadPolicy | None,
+                         peers: PeerCertificates | None) -> ClusterParts:
     """Leader election, then the controller's watches, with the load-aware parts it feeds,
     the thread that records audit-mode policies' pod Events and the one that warns of expiring
     certificates."""
@@ -218,7 +221,7 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, engine:
                                settings.lease_name, identity)
         elector.start()
     controller = Controller(api_client, engine, telemetry,
-                            is_leader=lambda: elector is None or elector.is_leader)
+                            is_leader=lambda: elector is None or elector.is_leader, nodes=nodes)
     if load_policy is not None:
         from tas_extender.decide.load.mode import LoadAware
 
@@ -344,7 +347,15 @@ def serve_until_stopped(settings: ServeSettings) -> int:
     try:
         settings.check()
         api_client = _cluster_client(settings)
-        source = metric_source(settings.metrics_source, settings.metrics_file, settings.prometheus_url, api_client)
+        # The nodes as the controller's watch sees them: the Prometheus source matches series
+        # without a `node` label to them.
+        nodes = None
+        if api_client is not None:
+            from tas_extender.cluster.watch import NodeCache
+
+            nodes = NodeCache()
+        source = metric_source(settings.metrics_source, settings.metrics_file, settings.prometheus_url, api_client,
+                               node_addresses=None if nodes is None else nodes.node_addresses)
         load_policy = _load_policy(settings, api_client)
     except UsageError as error:
         print(f"tas-extender: {error}", file=sys.stderr)
@@ -359,11 +370,8 @@ def serve_until_stopped(settings: ServeSettings) -> int:
         for key, reason in invalid.items():
             log.error("policy %s is invalid: %s", key, reason)
         store.replace_all(valid, invalid)
-    cluster = ClusterParts() if api_client is None else _start_cluster_parts(
-        settings, api_client, engine, telemetry, load_policy, peers)
-    if cluster.controller is not None and hasattr(source, "node_addresses"):
-        # The Prometheus source matches series without a `node` label to the nodes watched.
-        source.node_addresses = cluster.controller.node_addresses
+    cluster = ClusterParts() if api_client is None or nodes is None else _start_cluster_parts(
+        settings, api_client, nodes, engine, telemetry, load_policy, peers)
     sync = SyncLoop(store, cache, engine, settings.sync_period, cluster.controller, cluster.annotator,
                     load_aware=load_policy is not None)
     sync.start()

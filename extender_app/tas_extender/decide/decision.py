@@ -1,9 +1,11 @@
 """The decision of one scheduler request: the TASPolicy's part, then the load part, and their mix.
 
-`Decider` answers kube-scheduler's two verbs with the bytes to send; the HTTP layer only reads
-the body and writes the answer, and `tas-extender evaluate` asks the same object. Under it, pure
-functions over the policy's verdicts and the load inputs, as crane keeps its plugin glue
-(plugins.go) apart from its arithmetic (stats.go, here `load/decide.py` and `strategies/`).
+`Decider` is where every decision is made: it answers kube-scheduler's two verbs with the bytes to
+send (the HTTP layer only reads the body and writes the answer), and `evaluate` and `explain` ask
+the same object, over an offline engine, for the same decisions as values (`answer`, `verdicts`).
+Under it, pure functions over the policy's verdicts and the load inputs, as crane keeps its
+plugin glue (plugins.go) apart from its arithmetic (stats.go, here `load/decide.py` and
+`strategies/`, whose decisions only the engine asks for).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NamedTuple
 
@@ -61,6 +64,22 @@ def prioritize(pod_metadata: Mapping[str, Any] | None, nodes: Sequence[str], pol
     return [combine(own, mine, 1.0, load_weight) for own, mine in zip(policy_scores, by_load, strict=True)]
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What the scheduler's filter and prioritize calls answer for one pod."""
+    failed: dict[str, str]  # node -> reason, for the candidates that fail
+    scores: list[int]  # 0..10 per candidate, in the order of the candidates
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What one policy decides about the nodes, enforced or not (in audit mode, what it would do)."""
+    failed: dict[str, str]  # node -> reason, for the nodes its dontschedule rules filter
+    scores: list[int]  # its scheduleonmetric score per node, in the order of the nodes
+    violating: list[str]  # sorted: the nodes that break its deschedule rules
+    labels: dict[str, dict[str, str]]  # node -> the labels its deschedule and labeling rules put there
+
+
 class Kept(NamedTuple):
     """An answer kept for reuse: its bytes, the nodes it fails, how many candidates it decided."""
     answer: bytes
@@ -101,15 +120,20 @@ class Decider:
         not decode them again to find their answer."""
         return self._answers
 
-    # --- the decision, as values (evaluate and the HTTP answers below) ----------------------
+    # --- the decision, as values (evaluate, explain; the HTTP answers below) ---------------
 
-    def failed(self, pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
-        """Node -> reason for the candidates the filter answer fails, for this pod."""
-        return self._failed(enforced(self.engine.policy_for(pod)), pod, names)
+    def answer(self, pod: Mapping[str, Any], policy: Policy | None, names: Sequence[str]) -> Answer:
+        """What filter and prioritize answer for `pod` over the candidates `names`; `policy` is
+        the pod's TASPolicy (None: it has none), as the caller found it."""
+        policy = enforced(policy)
+        return Answer(self._failed(policy, pod, names), self._scores(policy, pod, names))
 
-    def scores(self, pod: Mapping[str, Any], names: Sequence[str]) -> list[int]:
-        """0..10 per candidate, in the order of `names`, for this pod."""
-        return self._scores(enforced(self.engine.policy_for(pod)), pod, names)
+    def verdicts(self, policy: Policy, names: Sequence[str]) -> Verdicts:
+        """What `policy` decides about the nodes `names` on its own, whether enforced or not."""
+        view = self.engine.view
+        violating = view.violating(policy, names)
+        return Verdicts(self.engine.failed(policy, names), view.scores(policy, names), violating,
+                        view.labels(policy, names, violating))
 
     def _failed(self, policy: Policy | None, pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, str]:
         return filter_nodes(pod, names, self.engine.failed(policy, names) if policy else {},
@@ -127,8 +151,7 @@ class Decider:
             # Just started: a policy's metrics are not fetched yet and every node would pass it
             # (fail-open). An Error makes the scheduler keep the pod and retry (ignorable: false)
             # or place it without us (ignorable: true), rather than place it against the policy.
-            return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
-                                 "FailedAndUnresolvableNodes": {}, "Error": NOT_DECIDED})
+            return wire.filter_error(NOT_DECIDED)
         policy = self.engine.policy_for(args.pod)
         if policy is not None and policy.audit:
             self._audit(policy, args.pod, args.names)

@@ -17,7 +17,7 @@ from tas_extender.decide.cache import MetricCache
 from tas_extender.decide.metrics import Snapshot
 from tas_extender.decide.policy import Policy
 from tas_extender.decide.store import PolicyStore
-from tas_extender.decide.strategies import dontschedule, scheduleonmetric
+from tas_extender.decide.strategies import deschedule, dontschedule, labeling, scheduleonmetric
 
 POLICY_LABEL = "telemetry-policy"
 _has_reason = operator.itemgetter(1)
@@ -28,6 +28,22 @@ class View:
     snapshot: Snapshot = field(default_factory=Snapshot)
     evaluated: frozenset[str] = frozenset()
     failed: dict[str, dict[str, str]] = field(default_factory=dict)  # policy key -> node -> reason
+
+    def scores(self, policy: Policy, nodes: Sequence[str]) -> list[int]:
+        """The policy's scores (scheduleonmetric), in the order of `nodes`."""
+        return scheduleonmetric.score_list(policy, self.snapshot, nodes)
+
+    def violating(self, policy: Policy, nodes: Iterable[str]) -> list[str]:
+        """Sorted names of the nodes that break the policy's deschedule rules."""
+        return deschedule.violating_nodes(policy, self.snapshot, nodes)
+
+    def labels(self, policy: Policy, nodes: Iterable[str], violating: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Node -> the labels the policy puts there: `<policy>=violating` on its `violating`
+        nodes (deschedule), then those of its labeling rules."""
+        wanted = {node: {deschedule.label_key(policy): deschedule.VIOLATING} for node in violating}
+        for node, labels in labeling.node_labels(policy, self.snapshot, nodes).items():
+            wanted.setdefault(node, {}).update(labels)
+        return wanted
 
 
 class Engine:
@@ -45,7 +61,7 @@ class Engine:
     def offline(cls, policies: Iterable[Policy], snapshot: Snapshot, nodes: Iterable[str] = (),
                 fail_closed: bool = False) -> Engine:
         """An engine over given policies and one given snapshot, nothing fetched or watched: what
-        `tas-extender evaluate` decides with, through the same Decider the server answers with."""
+        `evaluate` and `explain` decide with, through the same Decider the server answers with."""
         store = PolicyStore()
         store.replace_all(list(policies), {})
         cache = MetricCache(_Given(), float("inf"))
@@ -95,7 +111,7 @@ class Engine:
 
     def scores(self, policy: Policy, nodes: Sequence[str]) -> list[int]:
         """Scores in the order of `nodes`."""
-        return scheduleonmetric.score_list(policy, self.view.snapshot, nodes)
+        return self.view.scores(policy, nodes)
 
 
 class _Given:

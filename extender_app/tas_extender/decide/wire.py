@@ -177,3 +177,10 @@ def filter_result(args: ExtenderArgs, failed: dict[str, str]) -> bytes:
         parts.pop()
     parts += [b']},"NodeNames":null,', orjson.dumps(rest)[1:]]
     return b"".join(parts)
+
+
+def filter_error(message: str) -> bytes:
+    """An ExtenderFilterResult that decides nothing and says why in `Error`: a refused or not yet
+    decidable filter call keeps the result's shape."""
+    return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                         "FailedAndUnresolvableNodes": {}, "Error": message})

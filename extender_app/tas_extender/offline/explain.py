@@ -1,7 +1,7 @@
 """`tas-extender explain`: why a pod would pass or fail each node, and how each node scores.
 
-The verdicts and scores come from the functions the server answers with (`decide/decision.py` over
-`strategies/`), from the same inputs: the pod's metadata, its TASPolicy, the metric samples
+The verdicts and scores are the `Decider`'s (`decide/decision.py`), the object the server answers
+with, over an offline engine of the same inputs: the pod's metadata, its TASPolicy, the metric samples
 (kept while younger than the maximum age) and, in load mode, the nodes' load annotations and
 recent bindings. What this adds is the evidence: each metric's value and age per node, and in
 load mode the load values and the hot value. For a policy in audit mode the answers are the
@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tas_extender.decide import decision
+from tas_extender.decide.decision import Decider
+from tas_extender.decide.engine import Engine
 from tas_extender.decide.load.decide import LoadState, is_daemonset_pod
 from tas_extender.decide.metrics import Sample, Snapshot
 from tas_extender.decide.policy import Policy
 from tas_extender.decide.rules import format_value
-from tas_extender.decide.strategies import dontschedule, scheduleonmetric
 
 DECIDING = ("dontschedule", "scheduleonmetric")  # the strategies the scheduler's calls read
 
@@ -83,16 +83,16 @@ def explain(pod: Mapping[str, Any], policy: Policy | None, samples: Mapping[str,
     `missing_policy` names a policy the pod's label asks for that does not exist (the server
     then treats the pod as having none)."""
     snapshot = Snapshot.build({m: dict(by_node) for m, by_node in samples.items()}, now, max_age)
-    verdicts = dontschedule.failed_nodes(policy, snapshot, nodes, fail_closed) if policy else {}
-    enforced = decision.enforced(policy)  # None in audit mode: the server answers as without a policy
-    failed = decision.filter_nodes(pod, nodes, dict(verdicts) if enforced else {}, load)
-    scores = decision.prioritize(pod, nodes, scheduleonmetric.score_list(enforced, snapshot, nodes)
-                                 if enforced else None, load, load_weight)
+    decider = Decider(Engine.offline([policy] if policy else [], snapshot, nodes, fail_closed),
+                      load=None if load is None else lambda: load, load_weight=load_weight)
+    answer = decider.answer(pod, policy, nodes)  # in audit mode, as for a pod without a policy
+    failed = answer.failed
     audit = policy is not None and policy.audit
+    verdicts = decider.verdicts(policy, nodes).failed if policy and audit else {}  # what enforcing would filter
     metrics = _deciding_metrics(policy) if policy else []
     by_load = load is not None and not is_daemonset_pod(pod)
     answers = {}
-    for node, score in zip(nodes, scores, strict=True):
+    for node, score in zip(nodes, answer.scores, strict=True):
         readings = {}
         for metric in metrics:
             sample = samples.get(metric, {}).get(node)
@@ -101,7 +101,7 @@ def explain(pod: Mapping[str, Any], policy: Policy | None, samples: Mapping[str,
         answers[node] = NodeAnswer(node not in failed, failed.get(node, ""), score, readings,
                                    load.values(node) if by_load and load else None,
                                    load.hot_value(node) if by_load and load else None,
-                                   verdicts.get(node, "") if audit else "")
+                                   verdicts.get(node, ""))
     name = f"{pod.get('namespace') or 'default'}/{pod.get('name') or '?'}"
     return Explanation(name, policy.key if policy else None, _note(policy, missing_policy, load, pod), answers,
                        audit)

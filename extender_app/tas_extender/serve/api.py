@@ -83,7 +83,7 @@ class Verbs:
     the answer written with nothing in between; everything else (health, metrics, 404s, 405s)
     goes on to FastAPI. The document of the verbs stays in ExtenderApp.openapi(). Most calls do
     not come here at all: fastpath.py answers a small JSON POST from the HTTP protocol's callbacks,
-    with the same `respond`.
+    with the same `answer_for`.
 
     A large body (full Node objects, tens of MB in a large cluster) is read, decided and answered
     one at a time: the process has one core to decide with anyway, and several of them at once
@@ -94,18 +94,19 @@ class Verbs:
 
     def __init__(self, decider: Decider, telemetry: Telemetry, limit: int):
         self.decider, self.telemetry, self.limit = decider, telemetry, limit
-        self.answers = {"/scheduler/filter": ("filter", decider.filter),
-                        "/scheduler/prioritize": ("prioritize", decider.prioritize)}
+        # path -> (the verb, the Decider's method that answers it)
+        self.routes = {"/scheduler/filter": ("filter", decider.filter),
+                       "/scheduler/prioritize": ("prioritize", decider.prioritize)}
         # The histogram's children looked up once (none without telemetry: an app made only for its document)
-        self._latency = ({path: telemetry.latency.labels(verb) for path, (verb, _) in self.answers.items()}
+        self._latency = ({path: telemetry.latency.labels(verb) for path, (verb, _) in self.routes.items()}
                          if telemetry else {})
-        self._by_raw_path = {path.encode(): path for path in self.answers}  # for fastpath.py
+        self._by_raw_path = {path.encode(): path for path in self.routes}  # for fastpath.py
         self._one_large = asyncio.Lock()
 
     def handles(self, scope: Scope) -> bool:
-        return scope["type"] == "http" and scope["path"] in self.answers
+        return scope["type"] == "http" and scope["path"] in self.routes
 
-    def answers_now(self, raw_path: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
+    def direct_path(self, raw_path: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
         """The verb's path when a POST to `raw_path` with `headers` can be answered in the HTTP
         protocol's own callbacks (fastpath.py): a JSON body of a declared length, small enough to
         decide at once. None: the ASGI way, which refuses what must be refused."""
@@ -117,17 +118,17 @@ class Verbs:
             return None
         return path
 
-    def respond(self, path: str, body: bytes | bytearray) -> tuple[int, bytes]:
+    def answer_for(self, path: str, body: bytes | bytearray) -> tuple[int, bytes]:
         """(status, body) of the answer to a verb's request whose body has been read."""
-        verb, answer = self.answers[path]
+        verb, decide = self.routes[path]
         try:
-            return 200, answer(wire.parse(body, self.decider.known_names))
+            return 200, decide(wire.parse(body, self.decider.known_names))
         except wire.BadRequest as refused:
             return self._refused(verb, refused)
         except Exception:
             return self._failed(verb)
 
-    def answered(self, path: str, start: float) -> None:
+    def record_latency(self, path: str, start: float) -> None:
         """Count a call answered 200 (`start`: when its head was read) in the latency histogram."""
         self._latency[path].observe(time.perf_counter() - start)
 
@@ -142,7 +143,7 @@ class Verbs:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
-        verb = self.answers[path][0]
+        verb = self.routes[path][0]
         if scope["method"] != "POST":
             await send_answer(send, 405, _refusal(verb, f"{verb} takes POST, not {scope['method']}"),
                               [(b"allow", b"POST")])
@@ -151,18 +152,18 @@ class Verbs:
         try:
             length = self._length(scope)
             if length is not None and length <= LARGE_BODY:
-                answered = await self._answer(path, receive, send)
+                sent = await self._read_decide_write(path, receive, send)
             else:
                 async with self._one_large:
-                    answered = await self._answer(path, receive, send)
+                    sent = await self._read_decide_write(path, receive, send)
         except wire.BadRequest as refused:
             await send_answer(send, *self._refused(verb, refused))
             return
         except Exception:
             await send_answer(send, *self._failed(verb))
             return
-        if answered:
-            self.answered(path, start)
+        if sent:
+            self.record_latency(path, start)
 
     def _length(self, scope: Scope) -> int | None:
         """The body's declared length (None: not declared, chunked), once the headers allow it."""
@@ -177,13 +178,13 @@ class Verbs:
             raise wire.BadRequest(413, f"request body of {int(declared)} bytes exceeds the limit of {self.limit} bytes")
         return int(declared)
 
-    async def _answer(self, path: str, receive: Receive, send: Send) -> bool:
+    async def _read_decide_write(self, path: str, receive: Receive, send: Send) -> bool:
         """Read, decide, write; True when the decision was sent. False also when the client left
         (or was too slow, deadlines.py) before its body was read: no one would read an answer."""
         body = await self._read_body(receive)
         if body is None:
             return False
-        status, answer = self.respond(path, body)
+        status, answer = self.answer_for(path, body)
         await send_answer(send, status, answer)
         return status == 200
 
@@ -205,8 +206,7 @@ class Verbs:
 def _refusal(verb: str, message: str) -> bytes:
     """The body of a refused call: a filter refusal keeps the ExtenderFilterResult's shape."""
     if verb == "filter":
-        return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
-                             "FailedAndUnresolvableNodes": {}, "Error": message})
+        return wire.filter_error(message)
     return orjson.dumps({"Error": message})
 
 

@@ -17,7 +17,8 @@ from support.load_aware import NOW, annotations_for
 from tas_extender.decide import audit
 from tas_extender.serve.api import create_app
 from tas_extender.decide.cache import MetricCache
-from tas_extender.cluster.controller import MANAGED_ANNOTATION, Controller
+from tas_extender.cluster.controller import Controller
+from tas_extender.cluster.reconcile import MANAGED_ANNOTATION
 from tas_extender.decide.engine import Engine
 from tas_extender.offline.evaluate import evaluate
 from tas_extender.offline.explain import explain, render
@@ -237,8 +238,7 @@ def controller_for(policy: dict, node_labels: dict[str, dict[str, str]] | None =
     store = PolicyStore()
     cache = MetricCache(TextfileSource(str(FIXTURES / "health.prom")), max_age=float("inf"))
     engine = Engine(store, cache)
-    controller = Controller(k8s.ApiClient(), engine, Telemetry())
-    controller.core, controller.custom = FakeCore(), FakeCustom()
+    controller = Controller(k8s.ApiClient(), engine, Telemetry(), core=FakeCore(), custom=FakeCustom())
     labels = node_labels or {}
     controller.on_node_list([k8s.V1Node(metadata=k8s.V1ObjectMeta(
         name=n, labels=labels.get(n), annotations={MANAGED_ANNOTATION: ",".join(sorted(labels[n]))}

@@ -136,3 +136,25 @@ def test_the_collection_ships_exactly_the_crd_the_model_generates():
     shipped = (pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel"
                / "tas" / "roles" / "extender" / "files" / "taspolicy-crd.yaml").read_text()
     assert shipped.split("\n", 1)[1] == run("crd").stdout, "regenerate it: tas-extender crd"
+
+
+ROLES = pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel" / "tas" / "roles"
+
+
+@pytest.mark.parametrize("command", ["serve", "renew-certificates"])
+def test_every_long_running_subcommand_takes_the_same_log_levels(command):
+    from tas_extender.cli.common import LOG_LEVELS
+
+    assert [parser().parse_args([command, "--log-level", level]).log_level for level in LOG_LEVELS] == LOG_LEVELS
+    with pytest.raises(SystemExit):
+        parser().parse_args([command, "--log-level", "trace"])
+
+
+def test_the_collection_offers_the_log_levels_the_command_line_takes():
+    from tas_extender.cli.common import LOG_LEVELS
+
+    offered = {name: spec["choices"] for path in ROLES.glob("*/meta/argument_specs.yml")
+               for name, spec in yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"].items()
+               if name.endswith("_log_level")}
+    assert offered, "no role has a log level"
+    assert all(choices == LOG_LEVELS for choices in offered.values()), offered

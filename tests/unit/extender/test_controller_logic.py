@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tas_extender.cluster.controller import MANAGED_ANNOTATION, label_patch, violating_condition
+from tas_extender.cluster.reconcile import MANAGED_ANNOTATION, label_patch, violating_condition
 from tas_extender.decide.policy import parse_policy
 
 KEY = "telemetry.aware.scheduling.p/health"

@@ -9,8 +9,8 @@ import pytest
 from kubernetes import client
 
 from tas_extender.decide.cache import MetricCache
-from tas_extender.cluster.controller import (MANAGED_ANNOTATION, Controller, foreign_labels, label_patch,
-                                     shadowed_policies)
+from tas_extender.cluster.controller import Controller
+from tas_extender.cluster.reconcile import MANAGED_ANNOTATION, foreign_labels, label_patch, shadowed_policies
 from tas_extender.cluster.crd import crd
 from tas_extender.decide.engine import Engine
 from tas_extender.decide.metrics import Sample
@@ -102,8 +102,7 @@ def _controller(policies, node_labels: dict[str, dict[str, str]], values: dict[s
     store = PolicyStore()
     cache = MetricCache(_Source(values), 60.0)
     engine = Engine(store, cache)
-    controller = Controller(client.ApiClient(), engine, Telemetry())
-    controller.core, controller.custom = _Core(), _Custom()
+    controller = Controller(client.ApiClient(), engine, Telemetry(), core=_Core(), custom=_Custom())
     controller.on_node_list([client.V1Node(metadata=client.V1ObjectMeta(name=n, labels=labels))
                               for n, labels in node_labels.items()])
     objects = [{"metadata": {"name": p.name, "namespace": p.namespace, "generation": 1, "uid": f"uid-{p.key}",

@@ -3,6 +3,9 @@
 decide is the bottom; serve, cluster, certs, sources and offline build on decide and not on each
 other; cli wires everything. Every import counts, including those inside functions and under
 TYPE_CHECKING, since each still ties one package to another.
+
+And there is one road to a decision: the entry points (serve, evaluate, explain) all ask
+decide.decision.Decider, and none of them reaches a strategy itself.
 """
 
 from __future__ import annotations
@@ -97,3 +100,31 @@ def test_an_import_from_above_or_beside_is_caught(own, source):
 ], ids=["serve importing decide", "cli importing serve", "decide importing the root and itself"])
 def test_an_import_from_below_or_within_passes(own, source):
     assert not violations(own, source)
+
+
+ENTRY_POINTS = ("serve", "offline", "cli")
+DECIDING_ENTRY_POINTS = ["serve/api.py", "offline/evaluate.py", "offline/explain.py"]
+
+
+def names_imported(tree: ast.AST) -> set[str]:
+    """Every dotted name a file imports, modules and the names taken from them."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.relative_to(PACKAGE).parts[0] in ENTRY_POINTS],
+                         ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_no_entry_point_reaches_a_strategy_itself(path):
+    strategies = sorted(name for name in names_imported(ast.parse(path.read_text()))
+                        if name.startswith("tas_extender.decide.strategies"))
+    assert not strategies, f"decide through decision.Decider, not {strategies}"
+
+
+@pytest.mark.parametrize("module", DECIDING_ENTRY_POINTS)
+def test_every_entry_point_decides_through_the_decider(module):
+    assert "tas_extender.decide.decision.Decider" in names_imported(ast.parse((PACKAGE / module).read_text()))

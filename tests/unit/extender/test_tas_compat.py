@@ -12,7 +12,7 @@ import pathlib
 import httpx
 import pytest
 import yaml
-from tas_extender.cluster.controller import warning_condition
+from tas_extender.cluster.reconcile import warning_condition
 from tas_extender.decide.metrics import Sample, Snapshot
 from tas_extender.decide.policy import PolicyError, parse_policy
 from tas_extender.sources.prometheus import PrometheusSource

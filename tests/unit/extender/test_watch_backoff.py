@@ -9,7 +9,7 @@ import threading
 import pytest
 from kubernetes import client
 
-from tas_extender.cluster import controller
+from tas_extender.cluster import watch as cluster_watch
 from tas_extender.cluster.backoff import Backoff
 
 LISTING = {"items": [], "metadata": {"resourceVersion": "7"}}
@@ -43,7 +43,7 @@ class ApiServer:
             def stop(self) -> None:
                 pass
 
-        monkeypatch.setattr(controller.watch, "Watch", FakeWatch)
+        monkeypatch.setattr(cluster_watch.watch, "Watch", FakeWatch)
 
     def list_fn(self):
         if not self.lists:
@@ -58,7 +58,7 @@ class ApiServer:
         self.waits.append(seconds)
 
     def run(self, backoff: Backoff) -> list[float]:
-        controller.watch_forever("node", self.list_fn, lambda items: None,
+        cluster_watch.watch_forever("node", self.list_fn, lambda items: None,
                                  lambda kind, obj: self.events.append(kind), self.stop,
                                  backoff=backoff, sleep=self.sleep)
         return self.waits
