@@ -14,6 +14,7 @@ import time
 
 import pytest
 from kubernetes import client
+from tas_extender import __version__
 
 from support import record_figure, wait_for
 from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, ansible_playbook, client_tls, create_demo_pod,
@@ -21,7 +22,9 @@ from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, ansible_playbook,
 
 pytestmark = pytest.mark.upgrade
 
-THIS_RELEASE_IMAGE = "tas-extender:0.1.0"  # intel.tas's extender_image default, which site.yml installs
+# intel.tas's extender_image default, which site.yml installs: tas-extender:<extender_version>, the
+# version of this tree's extender (tests/unit/collection/test_role_defaults.py ties the two).
+THIS_RELEASE_IMAGE = f"tas-extender:{__version__}"
 EVERY = 3  # seconds between two pods of the stream
 # Where the previous release (0.3.0) keeps kube-scheduler's client pair: at the top of the PKI
 # directory; this one keeps it in a directory of its own (support.incluster.SCHEDULER_PAIR).

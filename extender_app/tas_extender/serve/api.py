@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
+from tas_extender import __version__
 from tas_extender.decide import wire
 from tas_extender.decide.decision import AuditReport, Decider
 from tas_extender.decide.engine import Engine
@@ -296,7 +297,7 @@ def create_app(engine: Engine, telemetry: Telemetry, max_body_bytes: int,
 
     # The OpenAPI description stays in the app (app.openapi(), for the fuzzing tests) but is not
     # served: a caller with a client certificate needs no map of the routes.
-    app = ExtenderApp(title="tas-extender", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+    app = ExtenderApp(title="tas-extender", version=__version__, docs_url=None, redoc_url=None, openapi_url=None,
                       lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
