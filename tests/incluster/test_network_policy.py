@@ -8,12 +8,11 @@ from __future__ import annotations
 import httpx
 from kubernetes import client
 from kubernetes.stream import stream
-from tas_extender import __version__
 
-from support import real_control_planes, wait_for
+from support import EXTENDER_IMAGE, real_control_planes, wait_for
 from support.incluster import DEADLINE, EXTENDER_NS, MONITORING_NS, node_ip, place_a_demo_pod_through_the_extender, ready_pods
 
-IMAGE = f"tas-extender:{__version__}"  # a Python image built from the project's files
+IMAGE = EXTENDER_IMAGE  # a Python image built from the project's files
 # One TCP connection attempt: "open", "timeout" (the SYN dropped) or the error's name.
 CONNECT = """
 import socket, sys

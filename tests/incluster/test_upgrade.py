@@ -14,9 +14,8 @@ import time
 
 import pytest
 from kubernetes import client
-from tas_extender import __version__
 
-from support import record_figure, wait_for
+from support import EXTENDER_IMAGE, record_figure, wait_for
 from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, ansible_playbook, client_tls, create_demo_pod,
                                filter_rejects, ready_pods, set_health)
 
@@ -24,7 +23,7 @@ pytestmark = pytest.mark.upgrade
 
 # intel.tas's extender_image default, which site.yml installs: tas-extender:<extender_version>, the
 # version of this tree's extender (tests/unit/collection/test_role_defaults.py ties the two).
-THIS_RELEASE_IMAGE = f"tas-extender:{__version__}"
+THIS_RELEASE_IMAGE = EXTENDER_IMAGE
 EVERY = 3  # seconds between two pods of the stream
 # Where the previous release (0.3.0) keeps kube-scheduler's client pair: at the top of the PKI
 # directory; this one keeps it in a directory of its own (support.incluster.SCHEDULER_PAIR).

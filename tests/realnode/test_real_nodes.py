@@ -11,12 +11,11 @@ import uuid
 import yaml
 from kubernetes import client
 from kubernetes.stream import stream
-from tas_extender import __version__
 
 import pytest
-from support import real_cluster, real_control_planes, wait_for
+from support import EXTENDER_IMAGE, real_cluster, real_control_planes, wait_for
 
-IMAGE = f"tas-extender:{__version__}"  # a Python image built from the project's files
+IMAGE = EXTENDER_IMAGE  # a Python image built from the project's files
 DEADLINE = 180
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"

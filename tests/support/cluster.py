@@ -8,10 +8,15 @@ import json
 import os
 import pathlib
 import time
+from importlib.metadata import version
 
 import pytest
 
 from .paths import REAL_CLUSTER_DIR
+
+# The extender image the real-node cluster builds from the project's files, named after the
+# installed package's version (the collection's extender_version equals it: tests/unit/collection).
+EXTENDER_IMAGE = f"tas-extender:{version('tas-extender')}"
 
 
 def real_cluster() -> dict:

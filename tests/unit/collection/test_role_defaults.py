@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+from importlib.metadata import version
 
 import jinja2
 import pytest
@@ -53,10 +54,9 @@ EXTENDER_VERSION = defaults("extender")["extender_version"]
 
 
 def test_the_extenders_version_is_the_packages():
-    """The collection installs the extender of extender_app/, whose version tas_extender holds."""
-    from tas_extender import __version__
-
-    assert EXTENDER_VERSION == __version__
+    """The collection installs the extender of extender_app/, whose version tas_extender holds
+    (the installed package's version is tas_extender.__version__: extender_app/pyproject.toml)."""
+    assert EXTENDER_VERSION == version("tas-extender")
 
 
 @pytest.mark.parametrize(("name", "expected"), [
