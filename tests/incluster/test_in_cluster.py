@@ -56,6 +56,38 @@ def test_each_node_exporter_serves_its_own_nodes_textfile_from_the_pod_network(a
             httpx.get(f"http://{node_ip(core, node)}:9100/metrics", timeout=10)
 
 
+def test_node_exporter_runs_on_a_tainted_node_and_writes_its_first_metrics_itself(api_client):
+    """What a node that joins a dedicated pool later meets, with no play: the DaemonSet tolerates
+    the pool's NoSchedule taint, and its init container writes the initial metrics into an empty
+    textfile directory (root's file, not writable by others), which node-exporter then serves."""
+    core = client.CoreV1Api(api_client)
+    node = WORKERS[-1]
+    textfile = node_path(node, "/var/lib/node-exporter") / "text.prom"
+    original = textfile.read_text()
+    selector = "app.kubernetes.io/name=tas-node-exporter"
+    old = [p for p in ready_pods(core, MONITORING_NS, selector) if p.spec.node_name == node]
+    assert len(old) == 1, old
+    taints = api_client.sanitize_for_serialization(core.read_node(node).spec.taints or [])
+    core.patch_node(node, {"spec": {"taints": taints + [
+        {"key": "tas-test/dedicated", "value": "pool", "effect": "NoSchedule"}]}})
+    try:
+        textfile.unlink()
+        core.delete_namespaced_pod(old[0].metadata.name, MONITORING_NS)
+
+        def replaced() -> client.V1Pod | None:
+            return next((p for p in ready_pods(core, MONITORING_NS, selector)
+                         if p.spec.node_name == node and p.metadata.uid != old[0].metadata.uid), None)
+
+        pod = wait_for(replaced, DEADLINE, f"a new node-exporter pod ready on the tainted {node}")
+        assert textfile.read_text() == "node_health_metric 0\n"
+        assert (textfile.stat().st_uid, oct(textfile.stat().st_mode & 0o777)) == (0, "0o644")
+        metrics = httpx.get(f"http://{pod.status.pod_ip}:9100/metrics", timeout=10).text
+        assert re.search(r"^node_health_metric 0$", metrics, re.M)
+    finally:
+        core.patch_node(node, {"spec": {"taints": taints or None}})
+        textfile.write_text(original)
+
+
 def test_prometheus_scrapes_every_node_exporter_and_labels_the_node(api_client):
     core = client.CoreV1Api(api_client)
     pod = ready_pods(core, MONITORING_NS, "app.kubernetes.io/name=tas-prometheus")[0]
