@@ -21,9 +21,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from support import DEFAULT_CLUSTER_DIR, REPO
+from support import DEFAULT_CLUSTER_DIR, REPO, wait_for
 
 BIN = pathlib.Path(sys.executable).parent
+DEADLINE = 60
 THEIR_RULES = "rules:\n- seriesQuery: 'http_requests_total'\n  resources: {overrides: {namespace: {resource: namespace}}}\n"
 OWNERS = {
     "helm": ({"app.kubernetes.io/managed-by": "Helm"},
@@ -67,8 +68,11 @@ def their_adapter(api_client, namespace: str, labels: dict, annotations: dict) -
 def snapshot(api_client, namespace: str) -> dict:
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     config = core.read_namespaced_config_map("prometheus-adapter", namespace)
+    deployment = apps.read_namespaced_deployment("prometheus-adapter", namespace)
     return {"configmap": (config.metadata.resource_version, config.data),
-            "deployment": apps.read_namespaced_deployment("prometheus-adapter", namespace).metadata.resource_version,
+            # its spec and marks (its status is the deployment controller's to write)
+            "deployment": (deployment.metadata.generation, deployment.metadata.labels, deployment.metadata.annotations,
+                           api_client.sanitize_for_serialization(deployment.spec)),
             "pods": sorted(p.metadata.uid for p in core.list_namespaced_pod(namespace).items)}
 
 
@@ -77,6 +81,9 @@ def test_a_tool_owned_adapter_is_left_alone_and_the_user_told_what_to_add_to_the
         api_client, namespace, tmp_path, owner):
     labels, annotations, says = OWNERS[owner]
     their_adapter(api_client, namespace, labels, annotations)
+    apps = client.AppsV1Api(api_client)
+    wait_for(lambda: (apps.read_namespaced_deployment("prometheus-adapter", namespace).status.ready_replicas or 0) == 1,
+             DEADLINE, "their adapter's pod ready")
     before = snapshot(api_client, namespace)
 
     refused = run_role(tmp_path, namespace)
