@@ -410,6 +410,23 @@ def test_the_extenders_credentials_still_set_and_remove_the_labels_it_writes(api
     assert key not in node.metadata.labels and prefixed not in node.metadata.labels
 
 
+def test_a_worker_that_lost_the_extended_resource_gets_it_back_and_its_kubelet_allocates_it(api_client):
+    """What a node an autoscaler adds (or a re-created one) goes through: no telemetry/scheduling in
+    its capacity. The extender's leader adds it (patch nodes/status, as its service account, under
+    the node-patch policy), and the node's real kubelet copies it into allocatable, where the
+    scheduler looks."""
+    core = client.CoreV1Api(api_client)
+    resource = "telemetry/scheduling"
+    try:
+        core.patch_node_status("node-3", [{"op": "remove", "path": "/status/capacity/telemetry~1scheduling"}])
+    finally:  # whatever happened to the patch, the node must advertise the resource again
+        given = wait_for(lambda: core.read_node("node-3").status.capacity.get(resource), DEADLINE,
+                         "the extender's leader to advertise telemetry/scheduling on node-3 again")
+        allocatable = wait_for(lambda: core.read_node("node-3").status.allocatable.get(resource), DEADLINE,
+                               "node-3's kubelet to copy it into allocatable")
+    assert given in ("1k", "1000") and allocatable in ("1k", "1000"), (given, allocatable)
+
+
 # --- faults -------------------------------------------------------------------------------
 
 def test_pods_created_while_an_extender_pod_is_killed_still_avoid_the_bad_node(api_client, healthy_nodes_after):

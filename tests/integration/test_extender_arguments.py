@@ -33,11 +33,14 @@ VALUES = {
     "tas_load_aware": True,
     "extender_load_prometheus_url": "http://prometheus.example:9090",
     "extender_load_weight": 2.5,
+    "tas_extended_resource": "example.com/tas-slots",
+    "extender_extended_resource_quantity": "5",
 }
 EXPECTED = [
     "--port=9443", "--syncPeriod=7s", "--metrics-source=prometheus", "--missing-metrics=fail-closed",
     "--lease-namespace=tas-args-test", "--log-level=debug", "--metric-max-age=45s", "--an-extra=flag",
     "--load-aware", "--load-prometheus-url=http://prometheus.example:9090", "--load-weight=2.5",
+    "--advertise-resource=example.com/tas-slots=5",
 ]
 
 
@@ -77,6 +80,13 @@ def test_every_variable_reaches_the_extender(mode):
 def test_load_mode_asks_the_prometheus_role_of_its_own_mode_by_default(mode, url):
     arguments = rendered_arguments(mode, {"tas_load_aware": True})
     assert f"--load-prometheus-url={url}" in arguments, arguments
+
+
+@pytest.mark.parametrize("mode", ["host", "kubernetes"])
+def test_advertising_the_resource_is_on_by_default_and_off_when_something_else_does_it(mode):
+    assert "--advertise-resource=telemetry/scheduling=1000" in rendered_arguments(mode, {})
+    off = rendered_arguments(mode, {"extender_advertise_extended_resource": False})
+    assert "--no-advertise-resource" in off and not any(a.startswith("--advertise-resource") for a in off)
 
 
 def test_the_two_modes_differ_only_in_paths():

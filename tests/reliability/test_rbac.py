@@ -1,4 +1,5 @@
-"""What the extender's service account may do: read what it decides on, write labels and status.
+"""What the extender's service account may do: read what it decides on, write labels, status and
+the extended resource in the nodes' capacity.
 
 Each case is a SubjectAccessReview, the question `kubectl auth can-i --as` asks the API server.
 """
@@ -17,6 +18,8 @@ ALLOWED = [
     ("patch", "telemetry.intel.com", "taspolicies", "status", "default"),
     ("list", "", "nodes", "", ""),
     ("patch", "", "nodes", "", ""),
+    # the extended resource advertised in their capacity (cluster/advertise.py)
+    ("patch", "", "nodes", "status", ""),
     ("create", "", "events", "", "default"),
     # the schedulers' and the descheduler's Events, counted (reports.py)
     ("list", "", "events", "", ""),

@@ -30,6 +30,8 @@ from tas_extender.cli.common import (
     metric_source,
     positive_int,
 )
+from tas_extender.cluster.advertise import DEFAULT as DEFAULT_RESOURCE
+from tas_extender.cluster.advertise import ExtendedResource
 from tas_extender.decide.policy import PolicyError
 
 if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a server nor the Kubernetes client
@@ -96,6 +98,7 @@ class ServeSettings:
     load_prometheus_url: str | None
     load_weight: float
     certificate_warning: float
+    advertise_resource: ExtendedResource | None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -155,6 +158,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="record a Warning Event CertificateExpiring this long before the served certificate, "
                             "the CA or a client's certificate expires (336h: 14 days); on the pod (POD_NAME), "
                             "else on the Lease")
+    serve.add_argument("--advertise-resource", type=extended_resource, default=DEFAULT_RESOURCE,
+                       metavar="NAME=QUANTITY",
+                       help=f"the leader gives every node whose status.capacity lacks the extended resource NAME (or "
+                            f"holds 0 of it) QUANTITY of it: pods requesting it are the ones the scheduler sends "
+                            f"here ({DEFAULT_RESOURCE})")
+    serve.add_argument("--no-advertise-resource", dest="advertise_resource", action="store_const", const=None,
+                       help="leave the nodes' capacity alone (the resource is advertised by something else)")
     load = serve.add_argument_group("load-aware mode (crane's Dynamic Scheduler; off unless --load-aware)")
     load.add_argument("--load-aware", action="store_true",
                       help="filter and score every pod (but DaemonSet pods) by node load")
@@ -164,6 +174,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="Prometheus with the load recording rules: the leader annotates nodes from it")
     load.add_argument("--load-weight", type=float, default=1.0,
                       help="weight of the load score against a TASPolicy's own score (weight 1)")
+
+
+def extended_resource(text: str) -> ExtendedResource:
+    """--advertise-resource's NAME=QUANTITY."""
+    try:
+        return ExtendedResource.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 @dataclass
@@ -221,7 +239,8 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, nodes: 
                                settings.lease_name, identity)
         elector.start()
     controller = Controller(api_client, engine, telemetry,
-                            is_leader=lambda: elector is None or elector.is_leader, nodes=nodes)
+                            is_leader=lambda: elector is None or elector.is_leader, nodes=nodes,
+                            advertise=settings.advertise_resource)
     if load_policy is not None:
         from tas_extender.decide.load.mode import LoadAware
 

@@ -2,9 +2,10 @@
 
 Its parts, each in a module of its own: the watches and the node cache (watch.py), what the
 policies want on the nodes and in their status as pure functions (reconcile.py), the writer of
-statuses and Events (status.py). This class holds them together: its `on_*` methods are what the
-watches call with what they list and see (the tests call them the same way), and `reconcile`
-patches node labels and has the statuses written.
+statuses and Events (status.py), the advertiser of the extended resource (advertise.py). This
+class holds them together: its `on_*` methods are what the watches call with what they list and
+see (the tests call them the same way), and `reconcile` advertises the extended resource where a
+node lacks it, patches node labels and has the statuses written.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kubernetes import client
 from kubernetes.client import CoreV1EventList
 
 from tas_extender.cluster import reports
+from tas_extender.cluster.advertise import Advertiser, ExtendedResource
 from tas_extender.cluster.reconcile import (
     MANAGED_ANNOTATION,
     Desired,
@@ -65,12 +67,13 @@ class Controller:
     """Policies and nodes as watched, node labels and policy status as reconciled.
 
     `core` and `custom` (CoreV1Api, CustomObjectsApi) default to clients of `api_client`; `nodes`
-    is the node cache, given when something built before the controller reads it too.
+    is the node cache, given when something built before the controller reads it too; `advertise`
+    is the extended resource every node is to advertise (None: the controller leaves capacity alone).
     """
 
     def __init__(self, api_client: client.ApiClient, engine: Engine, telemetry: Telemetry,
                  is_leader: Callable[[], bool] = lambda: True, nodes: NodeCache | None = None,
-                 core: Any = None, custom: Any = None):
+                 core: Any = None, custom: Any = None, advertise: ExtendedResource | None = None):
         self.core = core if core is not None else client.CoreV1Api(api_client)
         self.custom = custom if custom is not None else client.CustomObjectsApi(api_client)
         self.engine = engine
@@ -79,6 +82,8 @@ class Controller:
         self.is_leader = is_leader
         self.nodes = nodes if nodes is not None else NodeCache()
         self.status = StatusWriter(self.core, self.custom)
+        self.advertiser = None if advertise is None else Advertiser(
+            advertise, self.nodes.capacities, self.core.patch_node_status, telemetry.capacity_patches)
         self._objects: dict[str, dict] = {}  # policy key -> last object seen
         self._not_set_logged: set[tuple[str, str]] = set()
         self.stop = threading.Event()
@@ -232,7 +237,10 @@ class Controller:
         return desired_labels(self.engine.view, self.store.policies(), self.nodes.sorted_names())
 
     def reconcile(self) -> None:
-        """Patch the nodes whose labels must change, then write policy status and events."""
+        """Advertise the extended resource on the nodes that lack it, patch the nodes whose labels
+        must change, then write policy status and events."""
+        if self.advertiser is not None:
+            self.advertiser.sync()
         desired = self.desired_labels()
         self._label_nodes(desired)
         for key, nodes in desired.violating.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, watch
@@ -84,16 +85,31 @@ def _addresses(node: Any) -> tuple[str, ...]:
     return tuple(a.address for a in (node.status.addresses if node.status else None) or () if a.address)
 
 
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node's status.capacity, and the resourceVersion of the node it was seen in."""
+
+    version: str
+    quantities: dict[str, str] | None  # None until the node's kubelet (or its creator) reports any
+
+
+def _capacity(node: Any) -> NodeCapacity:
+    quantities = node.status.capacity if node.status else None
+    return NodeCapacity(node.metadata.resource_version or "", dict(quantities) if quantities is not None else None)
+
+
 class NodeCache:
-    """The nodes as the node watch last listed or saw them: labels, annotations, addresses.
+    """The nodes as the node watch last listed or saw them: labels, annotations, addresses, capacity.
 
     The one owner of that state: the reconcile reads labels and annotations, the load-aware mode
-    annotations, the Prometheus source the addresses (`node_addresses`)."""
+    annotations, the Prometheus source the addresses (`node_addresses`), the advertiser of the
+    extended resource the capacity (`capacities`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[dict[str, str], dict[str, str]]] = {}  # name -> (labels, annotations)
         self._addresses: dict[str, tuple[str, ...]] = {}  # name -> status.addresses, to match `instance` labels
+        self._capacity: dict[str, NodeCapacity] = {}  # name -> status.capacity
         self.synced = False  # listed once
 
     def replace(self, items: list[Any]) -> None:
@@ -101,6 +117,7 @@ class NodeCache:
         with self._lock:
             self._nodes = {n.metadata.name: _labels_and_annotations(n) for n in items}
             self._addresses = {n.metadata.name: _addresses(n) for n in items}
+            self._capacity = {n.metadata.name: _capacity(n) for n in items}
         self.synced = True
 
     def update(self, kind: str, node: Any) -> None:
@@ -109,9 +126,11 @@ class NodeCache:
             if kind == "DELETED":
                 self._nodes.pop(node.metadata.name, None)
                 self._addresses.pop(node.metadata.name, None)
+                self._capacity.pop(node.metadata.name, None)
             else:
                 self._nodes[node.metadata.name] = _labels_and_annotations(node)
                 self._addresses[node.metadata.name] = _addresses(node)
+                self._capacity[node.metadata.name] = _capacity(node)
 
     def assume(self, name: str, labels: dict[str, str], annotations: dict[str, str]) -> None:
         """What a patch just wrote, until the watch brings the node as the API server has it."""
@@ -142,3 +161,8 @@ class NodeCache:
     def all_annotations(self) -> dict[str, dict[str, str]]:
         with self._lock:
             return {name: annotations for name, (_, annotations) in self._nodes.items()}
+
+    def capacities(self) -> dict[str, NodeCapacity]:
+        """node -> its status.capacity as last seen."""
+        with self._lock:
+            return dict(self._capacity)

@@ -70,6 +70,12 @@ class Telemetry:
         self.label_patches = Counter(
             "tas_extender_node_label_patches_total", "Node label patches sent by the controller",
             registry=self.registry)
+        self.capacity_patches = Counter(
+            "tas_extender_node_capacity_patches",
+            "Patches of a node's status.capacity giving it the extended resource (--advertise-resource), by"
+            " result: added, failed (tried again next sync round)", ["result"], registry=self.registry)
+        for result in ("added", "failed"):  # each series from 0: the first one counts in increase()
+            self.capacity_patches.labels(result)
 
     def certificates(self, expiries: dict[str, float]) -> None:
         """tls.CertificateReloader's report."""

@@ -78,7 +78,20 @@ def other_roles_declaring(name, own_role_dir, collection_paths, roles_paths):
     return sorted(set(found))
 
 
+# Variables the collection took away, with what took their place: named instead of the closest
+# known name, which would point elsewhere (descheduler_extended_resource is not descheduler_resources).
+REPLACED = {
+    "descheduler_extended_resource": "tas_extended_resource",
+    "descheduler_extended_resource_quantity": "extender_extended_resource_quantity",
+    "descheduler_advertise_extended_resource": "extender_advertise_extended_resource",
+    "descheduler_kubectl": "extender_kubectl",
+    "scheduler_config_managed_resource": "tas_extended_resource",
+}
+
+
 def describe(name, known):
+    if name in REPLACED:
+        return "%s (replaced by %s)" % (name, REPLACED[name])
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return "%s (did you mean %s?)" % (name, close[0]) if close else "%s (no known variable is close)" % name
 

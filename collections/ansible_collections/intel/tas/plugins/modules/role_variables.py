@@ -16,7 +16,8 @@ description:
   - Runs inside a role of this collection. Every variable whose name starts with the role's name
     and an underscore (C(extender_) for the extender role) must be an option of the role's
     C(meta/argument_specs.yml); otherwise the task fails and names each unknown variable with the
-    closest known one (C(extender_replica) -> C(extender_replicas)).
+    closest known one (C(extender_replica) -> C(extender_replicas)), or a variable the collection
+    took away with the one that replaced it (C(descheduler_extended_resource) -> C(tas_extended_resource)).
   - Argument specs check the type of the variables a role knows; a misspelt one is simply never
     read, and the role runs with the default instead. This closes that gap.
   - Variables of another role whose name extends this one's (C(prometheus_adapter_) for the

@@ -1,0 +1,34 @@
+"""intel.tas.role_variables: which variables it refuses, and what it says about each."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import pytest
+
+from ansible_collections.intel.tas.plugins.action.role_variables import describe, unknown_variables
+
+KNOWN = {"descheduler_resources", "descheduler_advertise_wait", "descheduler_kubeconfig", "tas_extended_resource"}
+
+
+def test_only_unknown_names_of_the_role_are_refused_and_another_roles_are_left_to_it():
+    names = ["descheduler_resources", "descheduler_resource", "descheduler_x_y", "extender_port", "tas_state",
+             "prometheus_adapter_x"]
+    assert unknown_variables(names, "descheduler_", KNOWN, []) == ["descheduler_resource", "descheduler_x_y"]
+    assert unknown_variables(["prometheus_adapter_x", "prometheus_x"], "prometheus_", set(),
+                             ["prometheus_adapter_"]) == ["prometheus_x"]
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("descheduler_resource", "descheduler_resource (did you mean descheduler_resources?)"),
+    ("descheduler_extended_resource", "descheduler_extended_resource (replaced by tas_extended_resource)"),
+    ("descheduler_advertise_extended_resource",
+     "descheduler_advertise_extended_resource (replaced by extender_advertise_extended_resource)"),
+    ("descheduler_kubectl", "descheduler_kubectl (replaced by extender_kubectl)"),
+    ("scheduler_config_managed_resource", "scheduler_config_managed_resource (replaced by tas_extended_resource)"),
+    ("tas_zzz", "tas_zzz (no known variable is close)"),
+], ids=["a misspelling: the closest known name", "taken away: what replaced it, not the closest name",
+        "a switch that moved to the extender", "kubectl moved with the removal that runs it",
+        "scheduler_config's name for the same resource", "nothing close"])
+def test_each_unknown_variable_is_named_with_what_to_set_instead(name, said):
+    assert describe(name, KNOWN) == said
