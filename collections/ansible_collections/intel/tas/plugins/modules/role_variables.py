@@ -24,7 +24,7 @@ description:
     prometheus role) are left to that role.
   - So is a variable that another installed role declares in its argument specs or defaults (a
     role of another collection in the collections path, or a role in the roles path, whose name
-    starts the variable's): beside C(prometheus.prometheus), whose roles node_exporter and
+    starts the variable's). Beside C(prometheus.prometheus), whose roles node_exporter and
     prometheus share this collection's role names, C(node_exporter_version) is that collection's.
     The result's C(other_roles) names the roles each such variable was left to.
   - Takes no options.
