@@ -34,6 +34,8 @@ class Case:
     wrong: dict
     failing_task: str  # the task that stops the play
     says: tuple[str, ...]  # what the output must name
+    not_says: tuple[str, ...] = ()  # what it must not
+    beside: bool = False  # prometheus.prometheus installed too (its stand-in, tests/fixtures/collections)
 
 
 MISSING = "/nonexistent/tas-pki"
@@ -128,6 +130,20 @@ CASES = [
          "Check that every prometheus_* variable is one the role knows",
          ("Unknown variable for role prometheus: prometheus_scrape_intervall (did you mean prometheus_scrape_interval?)."
           " Rename or remove it",)),
+    # Installed beside prometheus.prometheus, whose roles node_exporter and prometheus share our
+    # roles' prefixes: its variables are its own, ours are still checked.
+    Case("prometheus.prometheus's node_exporter variables beside a misspelt one of ours", "node_exporter",
+         {"node_exporter_version": "1.9.0", "node_exporter_textfile_dir": "/srv/metrics",
+          "node_exporter_web_listen_address": "127.0.0.1:9100", "node_exporter_colectors": ["cpu"]},
+         "Check that every node_exporter_* variable is one the role knows",
+         ("Unknown variable for role node_exporter: node_exporter_colectors (did you mean node_exporter_collectors?)."
+          " Rename or remove it", "node_exporter_version: - prometheus.prometheus.node_exporter",
+          "node_exporter_textfile_dir: - prometheus.prometheus.node_exporter"), beside=True),
+    Case("prometheus.prometheus's prometheus variables pass the check", "prometheus",
+         {"prometheus_version": "3.5.0", "prometheus_global": {"scrape_interval": "15s"},
+          "prometheus_scrape_configs": [], "prometheus_grafana_namespace": "Grafana NS"},
+         "Check where the dashboard goes", ("prometheus_grafana_namespace", "got 'Grafana NS'"),
+         not_says=("Unknown variable",), beside=True),
     Case("grafana namespace is not a namespace name", "prometheus", {"prometheus_grafana_namespace": "Grafana NS"},
          "Check where the dashboard goes", ("prometheus_grafana_namespace", "got 'Grafana NS'")),
     Case("eviction cap of the alert is zero", "prometheus", {"prometheus_alerts_descheduler_node_cap": 0},
@@ -152,7 +168,8 @@ def _run(case: Case, directory: pathlib.Path) -> subprocess.CompletedProcess:
         "vars": {"ansible_python_interpreter": sys.executable},
         "roles": [{"role": f"intel.tas.{case.role}", "vars": case.wrong}],
     }], sort_keys=False))
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
+    collections = [str(REPO / "collections")] + ([str(REPO / "tests/fixtures/collections")] if case.beside else [])
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(collections),
            "ANSIBLE_LOCAL_TEMP": str(directory / "tmp"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
     if (REPO / "ansible.cfg").exists():
         env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
@@ -188,3 +205,5 @@ def test_wrong_input_stops_the_role_before_it_acts_naming_the_variable(runs, cas
     assert recap and "changed=0" in recap.group(0) and "failed=1" in recap.group(0), output
     for text in case.says:
         assert text in " ".join(output.split()), f"{text!r} not in the output:\n{output}"
+    for text in case.not_says:
+        assert text not in output, f"{text!r} in the output:\n{output}"

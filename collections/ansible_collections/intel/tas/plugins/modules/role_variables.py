@@ -21,6 +21,11 @@ description:
     read, and the role runs with the default instead. This closes that gap.
   - Variables of another role whose name extends this one's (C(prometheus_adapter_) for the
     prometheus role) are left to that role.
+  - So is a variable that another installed role declares in its argument specs or defaults (a
+    role of another collection in the collections path, or a role in the roles path, whose name
+    starts the variable's). Beside C(prometheus.prometheus), whose roles node_exporter and
+    prometheus share this collection's role names, C(node_exporter_version) is that collection's.
+    The result's C(other_roles) names the roles each such variable was left to.
   - Takes no options.
 options: {}
 extends_documentation_fragment:
@@ -55,4 +60,9 @@ unknown:
   type: list
   elements: str
   sample: [extender_replica]
+other_roles:
+  description: Variables named like the role's own that other installed roles declare, each with those roles.
+  returned: always
+  type: dict
+  sample: {node_exporter_version: [prometheus.prometheus.node_exporter]}
 """
