@@ -14,8 +14,8 @@ import json
 import pytest
 from kubernetes import client
 
-from support import REPO, get_raw, wait_for
-from support.incluster import (DEADLINE, WORKERS, ansible_playbook, client_tls, filter_rejects, kubectl, served_health,
+from support import REPO, get_raw, served_health, wait_for
+from support.incluster import (DEADLINE, WORKERS, ansible_playbook, client_tls, filter_rejects, kubectl,
                                set_health)
 
 MANIFEST = REPO / "tests" / "incluster" / "their-adapter.yaml"

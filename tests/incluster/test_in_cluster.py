@@ -23,13 +23,13 @@ from cryptography import x509
 from kubernetes import client
 
 from dashboard_picture import prometheus_range, render
-from support import REPO, wait_for
+from support import REPO, served_health, wait_for
 from support.incluster import (ADAPTER_NS, DEADLINE, DEMO_NS, DEMO_POLICY, EXTENDER_NS, MONITORING_NS, WORKERS,
                                active_alerts, ansible_playbook, busiest_run_counts, busiest_run_in_events, client_tls,
                                create_demo_pod, crowd_node_1, descheduler_paused, descheduler_policy_caps,
                                descheduler_run_now, eviction_lines, filter_calls, filter_rejects, make_node_1_violate,
                                node_ip, node_path, on_node_1, place_a_demo_pod_through_the_extender, place_demo_pods,
-                               ready_pods, served_health, serving_serials, set_health,
+                               ready_pods, serving_serials, set_health,
                                wait_until_every_replica_serves)
 
 

@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client
-from support import REPO, wait_for
+from support import REPO, served_health, wait_for
 from support.incluster import (DEADLINE, DEMO_NS, DEMO_POLICY, WORKERS, ansible_playbook, client_tls, filter_answers,
-                               kubectl, node_path, place_demo_pods, served_health, violating)
+                               kubectl, node_path, place_demo_pods, violating)
 
 MANIFEST = REPO / "tests" / "incluster" / "tas-monitoring.yaml"
 POLICY = REPO / "tests" / "fixtures" / "tas" / "health-policy.yaml"

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from provisioned import (DEADLINE, EXTENDER, NODES, Stack, bound_pods, create_policy, health_rule, labelled,
                          run_pods, wait_bound, wait_seconds_of)
-from support import wait_for
+from support import served_health, wait_for
 
 PODS = 10
 SCHEDULER = "kube-scheduler"
@@ -124,6 +124,10 @@ def test_pods_waiting_for_a_restarted_extender_bind_only_where_the_policy_allows
         api_client, namespace, stack, extender, healthy, not_ignorable, extender_down):
     policy = create_policy(api_client, namespace, health_rule("dontschedule"))
     stack.set_health({"node-2": 1})  # the policy keeps pods off node-2, before and after the outage
+    # ...once the pipeline serves it: the restarted extender reads the custom metrics API, and
+    # the textfile reaches it only a scrape and a relist later.
+    wait_for(lambda: served_health(api_client).get("node-2") == "1", DEADLINE,
+             "the custom metrics API serving node-2's health_metric 1")
     run_pods(api_client, namespace, policy, PODS)
     wait_pending_for_the_extender(api_client, namespace)
 

@@ -14,7 +14,8 @@ load-aware mode's annotations). Those are imported by module (`from support.incl
 from __future__ import annotations
 
 from .cluster import (EXTENDER_IMAGE, get_raw, own_schedulers, provisioned_extender, ready_kubeconfig, real_cluster,
-                      real_control_planes, recorded_own_schedulers, running_own_schedulers, write_simulated_loads)
+                      real_control_planes, recorded_own_schedulers, running_own_schedulers, served_health,
+                      write_simulated_loads)
 from .extender import free_port, serving_extender, start_extender, tas_extender_command, wait_ready
 from .paths import DEFAULT_CLUSTER_DIR, FIXTURES, REAL_CLUSTER_DIR, REPO
 from .waits import append_lines, record_figure, wait_for
@@ -23,5 +24,5 @@ __all__ = [
     "DEFAULT_CLUSTER_DIR", "EXTENDER_IMAGE", "FIXTURES", "REAL_CLUSTER_DIR", "REPO",
     "append_lines", "free_port", "get_raw", "own_schedulers", "provisioned_extender", "ready_kubeconfig",
     "real_cluster", "real_control_planes", "record_figure", "recorded_own_schedulers", "running_own_schedulers",
-    "serving_extender", "start_extender", "tas_extender_command", "wait_for", "wait_ready", "write_simulated_loads",
+    "served_health", "serving_extender", "start_extender", "tas_extender_command", "wait_for", "wait_ready", "write_simulated_loads",
 ]

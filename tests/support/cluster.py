@@ -78,6 +78,12 @@ def get_raw(api, path: str) -> bytes:
     return response.data
 
 
+def served_health(api_client) -> dict[str, str]:
+    """health_metric of each node as the custom metrics API serves it (what the extender reads)."""
+    body = json.loads(get_raw(api_client, "/apis/custom.metrics.k8s.io/v1beta1/nodes/*/health_metric"))
+    return {i["describedObject"]["name"]: i["value"] for i in body["items"]}
+
+
 def ready_kubeconfig(path: str, bring_up: str) -> str:
     """`path` if its API server answers /readyz; fails (never skips) naming what to run otherwise."""
     from kubernetes import config

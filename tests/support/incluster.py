@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import pathlib
 import re
@@ -24,7 +23,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from .cluster import get_raw, real_control_planes
+from .cluster import real_control_planes
 from .paths import REAL_CLUSTER_DIR, REPO
 from .waits import wait_for
 
@@ -158,11 +157,6 @@ def client_tls(verify: bool = True, pair: str = SCHEDULER_PAIR) -> ssl.SSLContex
         context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(str(node_path("control-plane", f"{pair}.crt")), str(node_path("control-plane", f"{pair}.key")))
     return context
-
-
-def served_health(api_client) -> dict[str, str]:
-    body = json.loads(get_raw(api_client, "/apis/custom.metrics.k8s.io/v1beta1/nodes/*/health_metric"))
-    return {i["describedObject"]["name"]: i["value"] for i in body["items"]}
 
 
 def replica_values(core: client.CoreV1Api, tls: ssl.SSLContext, series: str) -> list[float]:
