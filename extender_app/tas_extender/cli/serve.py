@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a s
     from tas_extender.cluster.annotator import Annotator
     from tas_extender.cluster.controller import Controller
     from tas_extender.cluster.leader import LeaseElector
+    from tas_extender.cluster.requeue import Requeuer
     from tas_extender.cluster.sync import SyncLoop
     from tas_extender.cluster.watch import NodeCache
     from tas_extender.decide.audit import PodEvents
@@ -99,6 +100,7 @@ class ServeSettings:
     load_weight: float
     certificate_warning: float
     advertise_resource: ExtendedResource | None
+    requeue_on_recovery: bool
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -165,6 +167,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             f"here ({DEFAULT_RESOURCE})")
     serve.add_argument("--no-advertise-resource", dest="advertise_resource", action="store_const", const=None,
                        help="leave the nodes' capacity alone (the resource is advertised by something else)")
+    serve.add_argument("--requeue-on-recovery", action=argparse.BooleanOptionalAction, default=True,
+                       help="when a node passes a policy's dontschedule rules (or the load limits) again, the "
+                            "leader writes the time into its annotation telemetry.intel.com/recovered-at, so that "
+                            "kube-scheduler tries the pods waiting for a node again at once rather than within 5 "
+                            "minutes (on)")
     load = serve.add_argument_group("load-aware mode (crane's Dynamic Scheduler; off unless --load-aware)")
     load.add_argument("--load-aware", action="store_true",
                       help="filter and score every pod (but DaemonSet pods) by node load")
@@ -194,6 +201,7 @@ class ClusterParts:
     annotator: Annotator | None = None
     audit_events: PodEvents | None = None  # pod Events of audit-mode policies
     expiry: ExpiryEvents | None = None  # Warning Events ahead of certificate expiry
+    requeuer: Requeuer | None = None  # annotates the nodes that pass again (--requeue-on-recovery)
 
 
 def _cluster_client(settings: ServeSettings) -> ApiClient | None:
@@ -254,11 +262,17 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, nodes: 
             annotator = Annotator(load_policy, source,
                                   controller.all_annotations, controller.core.patch_node,
                                   hot_value=load.hot_value)
+    requeuer = None
+    if settings.requeue_on_recovery:
+        from tas_extender.cluster.requeue import Requeuer, rejections_of
+
+        requeuer = Requeuer(rejections_of(lambda: engine.view, engine.store.policies, load),
+                            controller.core.patch_node, telemetry.requeue_patches)
     controller.start(policies=not settings.policy_files, pods=load)
     audit_events = PodEvents(controller.core)
     audit_events.start()
     expiry = None if peers is None else _start_expiry_events(settings, controller, elector, peers)
-    return ClusterParts(controller, elector, load, annotator, audit_events, expiry)
+    return ClusterParts(controller, elector, load, annotator, audit_events, expiry, requeuer)
 
 
 def _start_expiry_events(settings: ServeSettings, controller: Controller, elector: LeaseElector | None,
@@ -392,7 +406,7 @@ def serve_until_stopped(settings: ServeSettings) -> int:
     cluster = ClusterParts() if api_client is None or nodes is None else _start_cluster_parts(
         settings, api_client, nodes, engine, telemetry, load_policy, peers)
     sync = SyncLoop(store, cache, engine, settings.sync_period, cluster.controller, cluster.annotator,
-                    load_aware=load_policy is not None)
+                    load_aware=load_policy is not None, requeuer=cluster.requeuer)
     sync.start()
 
     readiness = functools.partial(_not_ready, store, cache, source, cluster.controller, sync.decided)

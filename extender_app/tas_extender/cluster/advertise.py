@@ -92,7 +92,7 @@ def capacity_patch(resource: ExtendedResource, version: str) -> list[dict[str, s
             {"op": "add", "path": f"/status/capacity/{pointer}", "value": resource.quantity}]
 
 
-def _reason(error: Exception) -> str:
+def api_error(error: Exception) -> str:
     """An API error as `<status> <reason>: <the server's message>` (an admission policy's says why)."""
     status = getattr(error, "status", None)
     if status is None:
@@ -132,7 +132,7 @@ class Advertiser:
                 self.patch(node, capacity_patch(self.resource, version))
             except Exception as error:  # noqa: BLE001 - one node failing must not stop the others or the round
                 self.failed.inc()
-                why = _reason(error)
+                why = api_error(error)
                 if self._failing.get(node) != why:
                     log.warning("%s: advertising %s failed (%s); trying again each sync round",
                                 node, self.resource, why)

@@ -14,6 +14,7 @@ from tas_extender.decide.store import PolicyStore
 if TYPE_CHECKING:  # both import the Kubernetes client, which serving from files does not need
     from tas_extender.cluster.annotator import Annotator
     from tas_extender.cluster.controller import Controller
+    from tas_extender.cluster.requeue import Requeuer
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,10 @@ class SyncLoop:
 
     def __init__(self, store: PolicyStore, cache: MetricCache, engine: Engine, period: float,
                  controller: Controller | None = None, annotator: Annotator | None = None,
-                 load_aware: bool = False):
+                 load_aware: bool = False, requeuer: Requeuer | None = None):
         self.store, self.cache, self.engine, self.period = store, cache, engine, period
         self.controller, self.annotator, self.load_aware = controller, annotator, load_aware
+        self.requeuer = requeuer
         self._load_annotations_removed = False
         self._stop = threading.Event()
         self._decided = threading.Event()
@@ -37,22 +39,29 @@ class SyncLoop:
         return self._decided.is_set()
 
     def run_once(self) -> None:
-        """Refresh the metric cache and the engine's view; as leader, once the nodes are listed,
-        reconcile labels and policy status and write (or, with the mode off, remove) load annotations."""
+        """Refresh the metric cache and the engine's view; once the nodes are listed, follow which
+        nodes pass again (the requeuer), and as leader reconcile labels and policy status, write (or,
+        with the mode off, remove) load annotations and annotate the nodes that pass again."""
         policies_listed = self.store.synced
         self.cache.refresh(self.store.metric_names())
         self.engine.rebuild()
         if policies_listed:
             self._decided.set()
         controller = self.controller
-        if controller is None or not controller.nodes_synced or not controller.is_leader():
+        if controller is None or not controller.nodes_synced:
             return
-        controller.reconcile()
-        if self.annotator is not None:
-            self.annotator.sync()
-        elif not self.load_aware and not self._load_annotations_removed:  # the mode was turned off
-            controller.remove_load_annotations()
-            self._load_annotations_removed = True
+        leader = controller.is_leader()
+        if leader:
+            controller.reconcile()
+            if self.annotator is not None:
+                self.annotator.sync()
+            elif not self.load_aware and not self._load_annotations_removed:  # the mode was turned off
+                controller.remove_load_annotations()
+                self._load_annotations_removed = True
+        # Every replica follows the rounds, so that a new leader knows the last; from the first
+        # decided one (before it, filter rejected no pod: it answered an Error).
+        if self.requeuer is not None and self.decided():
+            self.requeuer.sync(controller.nodes.names(), leader)
 
     def _run(self) -> None:
         while not self._stop.is_set():

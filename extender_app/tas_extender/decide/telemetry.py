@@ -76,6 +76,14 @@ class Telemetry:
             " result: added, failed (tried again next sync round)", ["result"], registry=self.registry)
         for result in ("added", "failed"):  # each series from 0: the first one counts in increase()
             self.capacity_patches.labels(result)
+        self.requeue_patches = Counter(
+            "tas_extender_node_requeue_patches",
+            "Patches of a node's telemetry.intel.com/recovered-at annotation, written when the node passes a"
+            " policy's dontschedule rules (or the load limits) again so that kube-scheduler tries the pods"
+            " waiting for a node again, by result: sent, failed (tried again next sync round)", ["result"],
+            registry=self.registry)
+        for result in ("sent", "failed"):
+            self.requeue_patches.labels(result)
 
     def certificates(self, expiries: dict[str, float]) -> None:
         """tls.CertificateReloader's report."""
