@@ -35,12 +35,13 @@ VALUES = {
     "extender_load_weight": 2.5,
     "tas_extended_resource": "example.com/tas-slots",
     "extender_extended_resource_quantity": "5",
+    "extender_requeue_on_recovery": False,
 }
 EXPECTED = [
     "--port=9443", "--syncPeriod=7s", "--metrics-source=prometheus", "--missing-metrics=fail-closed",
     "--lease-namespace=tas-args-test", "--log-level=debug", "--metric-max-age=45s", "--an-extra=flag",
     "--load-aware", "--load-prometheus-url=http://prometheus.example:9090", "--load-weight=2.5",
-    "--advertise-resource=example.com/tas-slots=5",
+    "--advertise-resource=example.com/tas-slots=5", "--no-requeue-on-recovery",
 ]
 
 
@@ -87,6 +88,12 @@ def test_advertising_the_resource_is_on_by_default_and_off_when_something_else_d
     assert "--advertise-resource=telemetry/scheduling=1000" in rendered_arguments(mode, {})
     off = rendered_arguments(mode, {"extender_advertise_extended_resource": False})
     assert "--no-advertise-resource" in off and not any(a.startswith("--advertise-resource") for a in off)
+
+
+@pytest.mark.parametrize("mode", ["host", "kubernetes"])
+def test_requeueing_on_recovery_is_on_without_a_flag_and_off_by_its_variable(mode):
+    assert not [a for a in rendered_arguments(mode, {}) if "requeue-on-recovery" in a]
+    assert "--no-requeue-on-recovery" in rendered_arguments(mode, {"extender_requeue_on_recovery": False})
 
 
 def test_the_two_modes_differ_only_in_paths():
