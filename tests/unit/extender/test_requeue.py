@@ -227,23 +227,25 @@ def test_a_failed_patch_is_counted_and_tried_again_next_round_while_the_node_pas
     assert _counts(telemetry) == {"sent": 2, "failed": 1}
 
 
-def test_a_patch_failing_every_time_is_given_up_after_its_attempts():
+def _node_1_recovers_where_patches_fail():
+    """node-1 rejected, then passing, its patches failing: the rounds, the requeuer, the telemetry."""
     rounds = _Rounds(default_a={"node-1"})
     requeuer, patches, telemetry = _requeuer(rounds)
     patches.failing["node-1"] = ConnectionError("the API server went away")
     requeuer.sync(NODES, leader=True)
     rounds.set(default_a=set())
+    return rounds, requeuer, telemetry
+
+
+def test_a_patch_failing_every_time_is_given_up_after_its_attempts():
+    _, requeuer, telemetry = _node_1_recovers_where_patches_fail()
     for _ in range(ATTEMPTS + 3):
         requeuer.sync(NODES, leader=True)
     assert _counts(telemetry) == {"sent": 0, "failed": ATTEMPTS}
 
 
 def test_a_failed_patch_is_not_tried_again_once_the_node_fails_again():
-    rounds = _Rounds(default_a={"node-1"})
-    requeuer, patches, telemetry = _requeuer(rounds)
-    patches.failing["node-1"] = ConnectionError("the API server went away")
-    requeuer.sync(NODES, leader=True)
-    rounds.set(default_a=set())
+    rounds, requeuer, telemetry = _node_1_recovers_where_patches_fail()
     requeuer.sync(NODES, leader=True)
     requeuer.sync(NODES, leader=True)  # fails
     rounds.set(default_a={"node-1"})
