@@ -9,6 +9,7 @@ cluster is the one KUBECONFIG names.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from kubernetes import client
@@ -86,7 +87,7 @@ def test_nothing_of_ours_in_kube_system(api_client):
 
 
 def test_nodes_carry_no_label_annotation_or_resource_of_ours(api_client):
-    """molecule/uninstall.yml gave node-1 the extender's label `stale-policy` (listed in its
+    """molecule/uninstall.yml gave node-1 (or $TAS_UNINSTALL_NODE) the extender's label `stale-policy` (listed in its
     managed-labels annotation) and a hot value before the uninstall, as a crashed extender leaves them."""
     found = []
     for node in client.CoreV1Api(api_client).list_node().items:
@@ -102,7 +103,7 @@ def test_nodes_carry_no_label_annotation_or_resource_of_ours(api_client):
 
 
 def test_the_users_own_labels_and_annotations_stay(api_client):
-    node = client.CoreV1Api(api_client).read_node("node-1")
+    node = client.CoreV1Api(api_client).read_node(os.environ.get("TAS_UNINSTALL_NODE", "node-1"))
     assert (node.metadata.labels or {}).get("example.com/owner") == "platform"
     assert (node.metadata.annotations or {}).get("example.com/note") == "keep me"
 

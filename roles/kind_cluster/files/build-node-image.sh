@@ -40,7 +40,7 @@ root=$work/rootfs
 # The base image: kind's package list (less the storage e2e packages), with runc and the CNI
 # plugins from Debian.
 mmdebstrap --quiet --variant=apt \
-  --include=systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins \
+  --include=systemd,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,runc,containernetworking-plugins,python3,python3-venv \
   bookworm "$root" "deb http://deb.debian.org/debian bookworm main"
 
 install -d -m 0755 "$root/kind/bin" "$root/etc/containerd" "$root/etc/default" "$root/etc/sysctl.d" \
