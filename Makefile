@@ -21,7 +21,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 COLLECTION := collections/ansible_collections/intel/tas
 
-.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-images real-cluster-down demo demo-kwok test unit lint integration molecule realnode reliability bench soak clean
+.PHONY: help venv prometheus-tools cluster cluster-down real-cluster real-cluster-images real-cluster-down demo demo-kwok test unit lint integration molecule realnode kind reliability bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -112,6 +112,13 @@ REALNODE_MOLECULE_DIR := $(HOME)/.local/state/tas-molecule-realnode
 realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall), the cluster as a managed one, the upgrade from the previous release; down (host as before)
 	rm -rf $(REALNODE_MOLECULE_DIR)
 	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s upgrade -s managed
+
+# kind on this machine: no registry answers and `--privileged` needs a capability the machine
+# lacks, so the node image is built from the project's binaries and the role starts a Docker
+# engine of its own (docs/local-cluster.md, "kind"). On a host with Docker and internet:
+# `molecule test -s kind`, nothing built.
+kind: venv ## kind: kind create cluster, the roles' defaults (site.yml twice, the demo, uninstall), kind delete cluster
+	TAS_KIND_BUILD_NODE_IMAGE=true TAS_KIND_DOCKER=start molecule test -s kind
 
 # Every pytest run under make appends its failures here, one line each (tests/conftest.py);
 # make test prints them last, so that the end of a long run's output says what failed.
