@@ -9,10 +9,10 @@ import httpx
 from kubernetes import client
 from kubernetes.stream import stream
 
-from support import EXTENDER_IMAGE, real_control_planes, wait_for
-from support.incluster import DEADLINE, EXTENDER_NS, MONITORING_NS, node_ip, place_a_demo_pod_through_the_extender, ready_pods
+from support import real_control_planes, wait_for
+from support.incluster import (DEADLINE, EXTENDER_NS, MONITORING_NS, node_ip, place_a_demo_pod_through_the_extender,
+                               ready_pods, sleeper_on_every_worker)
 
-IMAGE = EXTENDER_IMAGE  # a Python image built from the project's files
 # One TCP connection attempt: "open", "timeout" (the SYN dropped) or the error's name.
 CONNECT = """
 import socket, sys
@@ -34,17 +34,8 @@ def attempt(api_client, namespace: str, pod: str, address: str, port: int) -> st
 
 def client_pods(api_client, namespace: str) -> list[client.V1Pod]:
     """A pod on every worker, in a namespace of its own, that only sleeps (exec runs the attempts)."""
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-    apps.create_namespaced_daemon_set(namespace, client.V1DaemonSet(
-        metadata=client.V1ObjectMeta(name="client"),
-        spec=client.V1DaemonSetSpec(
-            selector=client.V1LabelSelector(match_labels={"app": "client"}),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels={"app": "client"}),
-                spec=client.V1PodSpec(containers=[client.V1Container(
-                    name="client", image=IMAGE, image_pull_policy="Never",
-                    command=["python3", "-c", "import time; time.sleep(86400)"])]))),
-    ))
+    core = client.CoreV1Api(api_client)
+    sleeper_on_every_worker(api_client, namespace)
     workers = [n for n in core.list_node().items
                if "node-role.kubernetes.io/control-plane" not in (n.metadata.labels or {})]
 

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from kubernetes import client
 
-from support import free_port, start_extender, wait_for, wait_ready
+from support import wait_for
 from support.controller import (DEADLINE, DESCHEDULE_AND_LABEL, GROUP, Metrics, NODES, PLURAL, VERSION, create_policy,
-                                node_labels, serve_args)
+                                extender_replicas, node_labels)
 
 # The fixtures kubeconfig, api_client and namespace come from tests/conftest.py; crd and extender
 # from tests/integration/conftest.py.
@@ -74,14 +74,7 @@ def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kub
     core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
     coordination = client.CoordinationV1Api(api_client)
     metrics = Metrics(tmp_path / "metrics.prom")
-    replicas = []
-    for i in range(2):
-        port = free_port()
-        replicas.append((start_extender(serve_args(kubeconfig, metrics, namespace), port,
-                                        tmp_path / f"replica-{i}.log"), port))
-    try:
-        for _, port in replicas:
-            wait_ready(port, DEADLINE, "replica ready")
+    with extender_replicas(2, kubeconfig, metrics, namespace, tmp_path) as replicas:
         holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
                           DEADLINE, "a leader holds the Lease")
         leader = next(i for i, (proc, _) in enumerate(replicas) if holder.endswith(f"-{proc.pid}"))
@@ -112,24 +105,13 @@ def test_two_replicas_one_leader_writes_and_the_other_takes_over(api_client, kub
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         wait_for(lambda: not any(k == name for labels in node_labels(core).values() for k in labels),
                  DEADLINE, "labels removed after the policy is deleted")
-    finally:
-        for proc, _ in replicas:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_a_leader_that_shuts_down_hands_the_lease_over_at_once(api_client, kubeconfig, crd, tmp_path, namespace):
     coordination = client.CoordinationV1Api(api_client)
     metrics = Metrics(tmp_path / "metrics.prom")
-    replicas = []
-    for i in range(2):
-        port = free_port()
-        replicas.append((start_extender(serve_args(kubeconfig, metrics, namespace), port,
-                                        tmp_path / f"replica-{i}.log"), port))
-    try:
-        for _, port in replicas:
-            wait_ready(port, DEADLINE, "replica ready")
-        replicas = [proc for proc, _ in replicas]
+    with extender_replicas(2, kubeconfig, metrics, namespace, tmp_path) as served:
+        replicas = [proc for proc, _ in served]
         holder = wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity,
                           DEADLINE, "a leader holds the Lease")
         leader = next(p for p in replicas if holder.endswith(f"-{p.pid}"))
@@ -139,10 +121,6 @@ def test_a_leader_that_shuts_down_hands_the_lease_over_at_once(api_client, kubec
         # The Lease lasts 15 s; a released one is taken at the follower's next try (5 s).
         wait_for(lambda: coordination.read_namespaced_lease("tas-extender", namespace).spec.holder_identity
                  == holder.rsplit("-", 1)[0] + f"-{follower.pid}", 10, "the follower leads after the release")
-    finally:
-        for proc in replicas:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_a_policy_churned_100_times_ends_with_exactly_the_right_labels_and_status(api_client, extender, namespace):

@@ -8,18 +8,12 @@ own vars and template with distinctive values; each must appear as its flag in b
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-import yaml
 
 from support import REPO
+from support.render import rendered
 
 ROLE = REPO / "collections/ansible_collections/intel/tas/roles/extender"
-BIN = os.path.dirname(sys.executable)
 
 VALUES = {
     "extender_port": 9443,
@@ -53,18 +47,7 @@ def rendered_arguments(mode: str, values: dict) -> list[str]:
         expression = ("{{ (lookup('ansible.builtin.template', role_dir ~ '/templates/deployment.yaml.j2')"
                       " | from_yaml_all | selectattr('kind', 'eq', 'Deployment') | first)"
                       ".spec.template.spec.containers[0].args }}")
-    play = [{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
-        "vars": {"role_dir": str(ROLE)},
-        "tasks": [{"name": "Render", "ansible.builtin.debug": {"msg": expression}}],
-    }]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json")
-    run = subprocess.run([f"{BIN}/ansible-playbook", "-i", "localhost,", "/dev/stdin",
-                          "--extra-vars", json.dumps(dict(values, extender_deploy_mode=mode))],
-                         input=yaml.safe_dump(play), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    return json.loads(run.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
+    return rendered(ROLE, expression, dict(values, extender_deploy_mode=mode))
 
 
 @pytest.mark.parametrize("mode", ["host", "kubernetes"])

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-import yaml
 from kubernetes import client, config, utils
 from kubernetes.utils import parse_quantity
 
 from support import REPO, wait_for
 from support.controller import DEADLINE, refuse_a_provisioned_extender
+from support.render import rendered as render
 
 ROLE = REPO / "collections/ansible_collections/intel/tas/roles/extender"
 POLICY = "tas-extender-node-patches"
@@ -36,18 +34,7 @@ def rendered(templates: list[str], values: dict) -> list[dict]:
     """The objects of the role's templates, rendered by Ansible with the role's defaults and vars."""
     expression = ("{{ " + " + ".join(f"(lookup('ansible.builtin.template', role_dir ~ '/templates/{t}')"
                                       " | from_yaml_all | list)" for t in templates) + " }}")
-    play = [{
-        "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults/main.yml"), str(ROLE / "vars/main.yml")],
-        "vars": {"role_dir": str(ROLE)},
-        "tasks": [{"name": "Render", "ansible.builtin.debug": {"msg": expression}}],
-    }]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json")
-    run = subprocess.run([str(os.path.join(os.path.dirname(sys.executable), "ansible-playbook")), "-i", "localhost,",
-                          "/dev/stdin", "--extra-vars", json.dumps(values)],
-                         input=yaml.safe_dump(play), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    return [d for d in json.loads(run.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"] if d]
+    return [d for d in render(ROLE, expression, values) if d]
 
 
 def _delete(api_client, obj: dict) -> None:

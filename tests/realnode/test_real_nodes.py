@@ -14,6 +14,7 @@ from kubernetes.stream import stream
 
 import pytest
 from support import EXTENDER_IMAGE, real_cluster, real_control_planes, wait_for
+from support.incluster import sleeper_on_every_worker
 
 IMAGE = EXTENDER_IMAGE  # a Python image built from the project's files
 DEADLINE = 180
@@ -134,17 +135,7 @@ def test_pods_answer_by_service_name_and_pod_ip_from_other_nodes(api_client, nam
         spec=client.V1ServiceSpec(selector={"app": "echo"},
                                   ports=[client.V1ServicePort(port=80, target_port=8080)]),
     ))
-    apps.create_namespaced_daemon_set(namespace, client.V1DaemonSet(
-        metadata=client.V1ObjectMeta(name="client"),
-        spec=client.V1DaemonSetSpec(
-            selector=client.V1LabelSelector(match_labels={"app": "client"}),
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels={"app": "client"}),
-                spec=client.V1PodSpec(containers=[
-                    container("client", ["python3", "-c", "import time; time.sleep(86400)"])]),
-            ),
-        ),
-    ))
+    sleeper_on_every_worker(api_client, namespace)
     echoes = wait_for(lambda: len(running(core, namespace, "echo")) == count and running(core, namespace, "echo"),
                       DEADLINE, f"{count} echo pods Running and Ready")
     clients = wait_for(lambda: len(running(core, namespace, "client")) == count and running(core, namespace, "client"),

@@ -4,12 +4,16 @@ of the tests reads. The fixtures crd and extender that use them are in tests/int
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
+import subprocess
+from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from .cluster import provisioned_extender
+from .extender import free_port, start_extender, wait_ready
 
 GROUP, VERSION, PLURAL = "telemetry.intel.com", "v1alpha1", "taspolicies"
 DEADLINE = 30
@@ -39,6 +43,25 @@ def serve_args(kubeconfig: str, metrics: Metrics, namespace: str) -> list[str]:
     """What every extender of these tests serves with: the cluster, the metrics file, a 1 s sync."""
     return ["--kubeconfig", kubeconfig, "--metrics-file", str(metrics.path), "--syncPeriod", "1s",
             "--lease-namespace", namespace]
+
+
+@contextlib.contextmanager
+def extender_replicas(count: int, kubeconfig: str, metrics: Metrics, namespace: str,
+                      logs: pathlib.Path) -> Iterator[list[tuple[subprocess.Popen, int]]]:
+    """`count` extenders (process, port) serving the same cluster and Lease, each ready; killed after."""
+    replicas = []
+    try:
+        for i in range(count):
+            port = free_port()
+            replicas.append((start_extender(serve_args(kubeconfig, metrics, namespace), port,
+                                            logs / f"replica-{i}.log"), port))
+        for _, port in replicas:
+            wait_ready(port, DEADLINE, "replica ready")
+        yield replicas
+    finally:
+        for proc, _ in replicas:
+            proc.kill()
+            proc.wait(10)
 
 
 def node_labels(core: client.CoreV1Api) -> dict[str, dict[str, str]]:

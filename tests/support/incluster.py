@@ -23,7 +23,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from .cluster import real_control_planes
+from .cluster import EXTENDER_IMAGE, real_control_planes
 from .paths import REAL_CLUSTER_DIR, REPO
 from .waits import wait_for
 
@@ -362,3 +362,17 @@ def busiest_run_in_events(core: client.CoreV1Api, window: float = 600) -> int:
             key = (event.reporting_instance, where.group(1))
             runs[key] = runs.get(key, 0) + 1
     return max(runs.values(), default=0)
+
+
+def sleeper_on_every_worker(api_client, namespace: str) -> None:
+    """A DaemonSet `client` (pods labelled app=client, the extender's image, a Python) whose pods
+    only sleep, for tests that exec into them."""
+    containers = [client.V1Container(name="client", image=EXTENDER_IMAGE, image_pull_policy="Never",
+                                     command=["python3", "-c", "import time; time.sleep(86400)"])]
+    client.AppsV1Api(api_client).create_namespaced_daemon_set(namespace, client.V1DaemonSet(
+        metadata=client.V1ObjectMeta(name="client"),
+        spec=client.V1DaemonSetSpec(
+            selector=client.V1LabelSelector(match_labels={"app": "client"}),
+            template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels={"app": "client"}),
+                                              spec=client.V1PodSpec(containers=containers))),
+    ))
