@@ -181,6 +181,32 @@ class Decider:
             self._scored_total.inc(kept.candidates)
         return kept.answer
 
+    def load_filter(self, args: wire.ExtenderArgs) -> bytes:
+        """The ExtenderFilterResult of the load entry: load-aware mode's second extender entry,
+        to which the scheduler sends every pod (ignorable), beside the policy entry (filter), to
+        which it sends the pods requesting the managed resource (not ignorable). A pod of a policy
+        is the policy entry's to decide, load and all: here it passes every node, so that while
+        the extender is down its policy still holds (the policy entry fails and the pod waits)
+        and every other pod is still placed. Without load-aware mode every node passes."""
+        failed: dict[str, str] = {}
+        if self.load is not None and self.engine.policy_for(args.pod) is None:
+            failed = filter_nodes(args.pod, args.names, {}, self.load())
+        if self.telemetry is not None:
+            self._passed_total.inc(len(args.names) - len(failed))
+            self._failed_total.inc(len(failed))
+        return wire.filter_result(args, failed)
+
+    def load_prioritize(self, args: wire.ExtenderArgs) -> bytes:
+        """The HostPriorityList of the load entry: the load score of a pod of no policy; 0 for
+        every node where the policy entry (prioritize) scores the pod, or without load-aware mode."""
+        names = args.names
+        scores = [0] * len(names)
+        if self.load is not None and self.engine.policy_for(args.pod) is None:
+            scores = prioritize(args.pod, names, None, self.load(), self.load_weight)
+        if self.telemetry is not None:
+            self._scored_total.inc(len(names))
+        return orjson.dumps([{"Host": node, "Score": score} for node, score in zip(names, scores, strict=True)])
+
     # --- reuse -------------------------------------------------------------------------------
 
     def _reused(self, verb: str, policy: Policy | None, args: wire.ExtenderArgs

@@ -76,7 +76,7 @@ def _json(body: object, status: int = 200) -> Response:
 
 
 class Verbs:
-    """kube-scheduler's two verbs as a plain ASGI app, in front of FastAPI's stack.
+    """kube-scheduler's verbs (filter and prioritize, and the load entry's two) as a plain ASGI app, in front of FastAPI's stack.
 
     Each call passes through about twenty layers of FastAPI and Starlette middleware (error
     pages, telemetry hooks, exit stacks, routing, dependency solving), which cost more than the
@@ -96,8 +96,11 @@ class Verbs:
     def __init__(self, decider: Decider, telemetry: Telemetry, limit: int):
         self.decider, self.telemetry, self.limit = decider, telemetry, limit
         # path -> (the verb, the Decider's method that answers it)
+        # (load-filter and load-prioritize: load-aware mode's second extender entry, every pod's load)
         self.routes = {"/scheduler/filter": ("filter", decider.filter),
-                       "/scheduler/prioritize": ("prioritize", decider.prioritize)}
+                       "/scheduler/prioritize": ("prioritize", decider.prioritize),
+                       "/scheduler/load-filter": ("load-filter", decider.load_filter),
+                       "/scheduler/load-prioritize": ("load-prioritize", decider.load_prioritize)}
         # The histogram's children looked up once (none without telemetry: an app made only for its document)
         self._latency = ({path: telemetry.latency.labels(verb) for path, (verb, _) in self.routes.items()}
                          if telemetry else {})
@@ -206,7 +209,7 @@ class Verbs:
 
 def _refusal(verb: str, message: str) -> bytes:
     """The body of a refused call: a filter refusal keeps the ExtenderFilterResult's shape."""
-    if verb == "filter":
+    if verb in ("filter", "load-filter"):
         return wire.filter_error(message)
     return orjson.dumps({"Error": message})
 
@@ -242,7 +245,9 @@ class ExtenderApp(FastAPI):
             document = super().openapi()
             document.setdefault("paths", {}).update({
                 "/scheduler/filter": {"post": _verb_openapi(EXTENDER_FILTER_RESULT, _FILTER_ERROR, "filter")},
-                "/scheduler/prioritize": {"post": _verb_openapi(HOST_PRIORITY_LIST, _ERROR, "prioritize")}})
+                "/scheduler/prioritize": {"post": _verb_openapi(HOST_PRIORITY_LIST, _ERROR, "prioritize")},
+                "/scheduler/load-filter": {"post": _verb_openapi(EXTENDER_FILTER_RESULT, _FILTER_ERROR, "load-filter")},
+                "/scheduler/load-prioritize": {"post": _verb_openapi(HOST_PRIORITY_LIST, _ERROR, "load-prioritize")}})
             self.openapi_schema = document
         return self.openapi_schema
 

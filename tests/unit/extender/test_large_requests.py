@@ -63,7 +63,8 @@ def _scope(length: int) -> dict:
 
 
 def test_large_bodies_are_answered_one_at_a_time_and_small_ones_do_not_wait(monkeypatch):
-    decider = SimpleNamespace(filter=lambda args: b"{}", prioritize=lambda args: b"[]")
+    decider = SimpleNamespace(filter=lambda args: b"{}", prioritize=lambda args: b"[]",
+                              load_filter=lambda args: b"{}", load_prioritize=lambda args: b"[]")
     verbs = Verbs(decider, Telemetry(), limit=1 << 30)
     large, small = _Recorder(), _Recorder()
     order: list[str] = []

@@ -224,3 +224,34 @@ def test_evaluate_answers_offline_what_the_app_answers(engine, tmp_path):
     assert load["crane_scores"] == {"node-1": 50, "node-2": 75, "node-3": 70}
     request = offline["policies"]["health-metric-demo/demo-policy"]["request"]
     assert (request["filter"], request["scores"]) == answers(demo)
+
+
+# --- the load entry (load-filter, load-prioritize): every pod's load, the policy pods left to filter
+
+DEMO_POD = {"name": "demo", "namespace": "health-metric-demo", "labels": {"telemetry-policy": "demo-policy"}}
+
+
+def test_the_load_entry_filters_and_scores_a_pod_of_no_policy_as_filter_does(load_client):
+    assert call(load_client, "load-filter", PLAIN_POD) == call(load_client, "filter", PLAIN_POD)
+    assert call(load_client, "load-prioritize", PLAIN_POD) == call(load_client, "prioritize", PLAIN_POD)
+
+
+def test_the_load_entry_passes_a_pod_of_a_policy_on_every_node_with_no_score(load_client):
+    # The policy entry (filter, not ignorable) decides it, policy and load: node-2 by its policy, node-1 by load.
+    failed = call(load_client, "filter", DEMO_POD)["FailedNodes"]
+    assert failed["node-2"].startswith("demo-policy: ") and failed["node-1"].startswith("load: ")
+    body = call(load_client, "load-filter", DEMO_POD)
+    assert body["NodeNames"] == NODES and body["FailedNodes"] == {}
+    assert {s["Score"] for s in call(load_client, "load-prioritize", DEMO_POD)} == {0}
+
+
+def test_without_load_aware_mode_the_load_entry_passes_everything(client):
+    body = call(client, "load-filter", PLAIN_POD)
+    assert body["NodeNames"] == NODES and body["FailedNodes"] == {}
+    assert [s["Score"] for s in call(client, "load-prioritize", PLAIN_POD)] == [0] * len(NODES)
+
+
+def test_the_load_entry_refuses_what_filter_refuses_in_the_filter_result_shape(load_client):
+    response = load_client.post("/scheduler/load-filter", content=b"{", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and "Error" in response.json() and "FailedNodes" in response.json()
+    assert load_client.get("/scheduler/load-prioritize").status_code == 405
