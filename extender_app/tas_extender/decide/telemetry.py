@@ -15,7 +15,8 @@ class Telemetry:
             "tas_extender_request_duration_seconds", "Time to answer a scheduler request",
             ["verb"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-        for verb in ("filter", "prioritize", "load-filter", "load-prioritize"):  # each series from 0: the first answers count in rate()
+        # each series from 0: the first answers count in rate()
+        for verb in ("filter", "prioritize", "load-filter", "load-prioritize"):
             self.latency.labels(verb)
         self.decisions = Counter(
             "tas_extender_decisions_total", "Nodes passed or failed by filter, and nodes scored",

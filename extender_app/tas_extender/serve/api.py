@@ -76,7 +76,8 @@ def _json(body: object, status: int = 200) -> Response:
 
 
 class Verbs:
-    """kube-scheduler's verbs (filter and prioritize, and the load entry's two) as a plain ASGI app, in front of FastAPI's stack.
+    """kube-scheduler's verbs (filter, prioritize and the load entry's two) as a plain ASGI app,
+    in front of FastAPI's stack.
 
     Each call passes through about twenty layers of FastAPI and Starlette middleware (error
     pages, telemetry hooks, exit stacks, routing, dependency solving), which cost more than the
