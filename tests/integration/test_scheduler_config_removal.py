@@ -317,3 +317,36 @@ def test_removal_keeps_a_configuration_the_scheduler_had_before(control_plane, h
     run_role(control_plane, healthz_url, "absent")
     assert manifest.read_text() == own
     assert yaml.safe_load(config.read_text()) == theirs
+
+
+def test_load_aware_mode_adds_the_load_entry_and_turned_off_or_removed_it_goes(control_plane, healthz_url):
+    """Load-aware mode: the policy entry (its pods, not ignorable) and the load entry (every pod,
+    ignorable) beside theirs; turned off, only the load entry goes; removed, theirs alone is left."""
+    manifest = control_plane / "manifests" / "kube-scheduler.yaml"
+    config = control_plane / "scheduler-config.yaml"
+    manifest.write_text(KUBEADM_MANIFEST.replace("    - --leader-elect=true\n",
+                                                 f"    - --leader-elect=true\n    - --config={config}\n"))
+    theirs = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
+        "extenders": [{"urlPrefix": "http://their-extender:8888/", "filterVerb": "filter", "weight": 1}],
+    }
+    config.write_text(yaml.safe_dump(theirs))
+
+    def extenders() -> list[tuple[str, str, bool, bool]]:
+        return [(e["urlPrefix"], e["filterVerb"], e.get("ignorable", False), bool(e.get("managedResources")))
+                for e in yaml.safe_load(config.read_text())["extenders"]]
+
+    ours = "https://tas-extender.telemetry-aware-scheduling.svc.cluster.local:9001/scheduler"
+    run_role(control_plane, healthz_url, "present", tas_load_aware="true")
+    assert extenders() == [("http://their-extender:8888/", "filter", False, False),
+                           (ours, "filter", False, True), (ours, "load-filter", True, False)]
+    [load] = [e for e in yaml.safe_load(config.read_text())["extenders"] if e["filterVerb"] == "load-filter"]
+    assert load["prioritizeVerb"] == "load-prioritize" and load["managedResources"] == []
+
+    run_role(control_plane, healthz_url, "present")
+    assert extenders() == [("http://their-extender:8888/", "filter", False, False), (ours, "filter", False, True)]
+
+    run_role(control_plane, healthz_url, "present", tas_load_aware="true")
+    run_role(control_plane, healthz_url, "absent")
+    assert yaml.safe_load(config.read_text()) == theirs

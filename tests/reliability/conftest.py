@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -40,3 +41,21 @@ def healthy(stack) -> Iterator[Stack]:
     stack.set_health({n: 0 for n in NODES})
     yield stack
     stack.set_health({n: 0 for n in NODES})
+
+
+@pytest.fixture
+def extender_down(stack, extender) -> Iterator[None]:
+    """The extender killed (SIGKILL: no goodbye, the Lease and connections just vanish) and kept
+    down; started again afterwards whatever happens."""
+    pid = stack.pid(EXTENDER)
+    os.kill(pid, signal.SIGKILL)
+    # supervisord would bring it back at once; whichever it has got to, it ends STOPPED.
+    stack.supervisorctl("stop", EXTENDER, check=False)
+    wait_for(lambda: " STOPPED " in stack.supervisorctl("status", EXTENDER, check=False), DEADLINE,
+             "the extender stopped")
+    try:
+        yield
+    finally:
+        if not stack.running(EXTENDER):
+            stack.supervisorctl("start", EXTENDER)
+        wait_for(lambda: extender.get("/readyz").status_code == 200, DEADLINE, "the extender is ready again")

@@ -4,8 +4,8 @@ true, and supervisord bringing a killed extender back.
 kube-scheduler calls the extender for every pod that requests telemetry/scheduling, before it
 binds it. With `ignorable: false` a call that fails stops the pod's scheduling cycle: the pod
 stays Pending, with a FailedScheduling event carrying the call's error, and is retried until
-the extender answers again. With `ignorable: true` (the role's default in load-aware mode) the scheduler
-skips the extender and binds anyway.
+the extender answers again. With `ignorable: true` (Intel TAS's setting; in load-aware mode the load
+entry's) the scheduler skips the extender and binds anyway. The fixture extender_down is in conftest.py.
 """
 
 from __future__ import annotations
@@ -62,24 +62,6 @@ def not_ignorable(stack) -> Iterator[None]:
 @pytest.fixture
 def ignorable(stack) -> Iterator[None]:
     yield from with_ignorable(stack, True)
-
-
-@pytest.fixture
-def extender_down(stack, extender) -> Iterator[None]:
-    """The extender killed (SIGKILL: no goodbye, the Lease and connections just vanish) and kept
-    down; started again afterwards whatever happens."""
-    pid = stack.pid(EXTENDER)
-    os.kill(pid, signal.SIGKILL)
-    # supervisord would bring it back at once; whichever it has got to, it ends STOPPED.
-    stack.supervisorctl("stop", EXTENDER, check=False)
-    wait_for(lambda: " STOPPED " in stack.supervisorctl("status", EXTENDER, check=False), DEADLINE,
-             "the extender stopped")
-    try:
-        yield
-    finally:
-        if not stack.running(EXTENDER):
-            stack.supervisorctl("start", EXTENDER)
-        wait_for(lambda: extender.get("/readyz").status_code == 200, DEADLINE, "the extender is ready again")
 
 
 def scheduling_errors(api_client, namespace: str) -> list[str]:
