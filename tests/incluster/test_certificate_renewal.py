@@ -1,13 +1,14 @@
-"""Certificates renewed with no playbook run: the DaemonSet tas-certificate-renewal signs the due
-leaves of every control plane again for the same key, brings the extender's Secret up to date,
-and kube-scheduler and the extender take the renewed files without a restart and without a
-failed call.
+"""Certificates renewed with no playbook run: a run of the CronJob tas-certificate-renewal signs
+the due leaves of every control plane again for the same key, brings the extender's Secret up to
+date and exits, and kube-scheduler and the extender take the renewed files without a restart and
+without a failed call.
 
 Runs on the real-node cluster after site.yml and the health-metric demo (molecule scenario
 realnode). Each certificate is made due (valid 20 more days: within the 30 days of renewal, and
 not yet within the 14 of the CertificateExpiring warning) on every control plane and in the
-Secret, by the CA in each control plane's own directory; the renewal pods are restarted, and
-each runs a pass as it starts.
+Secret, by the CA in each control plane's own directory; then a Job is made from the CronJob, as
+`kubectl create job --from=cronjob/tas-certificate-renewal` makes one, rather than waiting for
+the schedule.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from support import real_control_planes, running_own_schedulers, wait_for
-from support.incluster import (EXTENDER_NS, client_tls, node_path, place_a_demo_pod_through_the_extender, ready_pods,
-                               wait_until_every_replica_serves)
+from support.incluster import (EXTENDER_NS, client_tls, cron_job_run_now, node_path,
+                               place_a_demo_pod_through_the_extender, ready_pods, wait_until_every_replica_serves)
 from tas_extender.certs.renewal import Authority, replace_file, resign
 
 PKI = "/etc/tas/pki"
@@ -73,17 +74,12 @@ def failed_scheduler_calls(core: client.CoreV1Api) -> float:
     return total
 
 
-def renewal_pods_restarted(core: client.CoreV1Api, apps: client.AppsV1Api, old: set[str]) -> bool:
-    daemon_set = apps.read_namespaced_daemon_set("tas-certificate-renewal", "kube-system")
-    pods = [p for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items
-            if not p.metadata.deletion_timestamp]
-    return (len(pods) == daemon_set.status.desired_number_scheduled == len(real_control_planes())
-            and not {p.metadata.uid for p in pods} & old
-            and all(p.status.phase == "Running" for p in pods))
+def job_pods(core: client.CoreV1Api, job: str) -> list[client.V1Pod]:
+    return core.list_namespaced_pod("kube-system", label_selector=f"batch.kubernetes.io/job-name={job}").items
 
 
 def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a_restart(api_client):
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     schedulers = running_own_schedulers(api_client)
     failures = failed_scheduler_calls(core)
     keys = {}
@@ -100,9 +96,16 @@ def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a
         "tls.crt": base64.b64encode(due.public_bytes(serialization.Encoding.PEM)).decode()}})
     secret_key = secret_certificate(core)[1]
 
-    old = {p.metadata.uid for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items}
-    core.delete_collection_namespaced_pod("kube-system", label_selector=RENEWAL)
-    wait_for(lambda: renewal_pods_restarted(core, apps, old), DEADLINE, "new renewal pods on every control plane")
+    job = cron_job_run_now(batch, "tas-certificate-renewal")
+    control_planes = real_control_planes()
+    wait_for(lambda: (batch.read_namespaced_job_status(job, "kube-system").status.succeeded or 0)
+             == len(control_planes), DEADLINE,
+             lambda: f"the Job {job} succeeded once on each of {control_planes}: "
+                     f"{[(p.spec.node_name, p.status.phase) for p in job_pods(core, job)]}")
+    # one pod on each control plane, each of them finished: the renewal holds no process between runs
+    pods = job_pods(core, job)
+    assert sorted((p.spec.node_name, p.status.phase) for p in pods) \
+        == [(node, "Succeeded") for node in sorted(control_planes)]
 
     wait_for(lambda: all(renewed(read(node, leaf), keys[(node, leaf)])
                          for node in real_control_planes() for leaf in LEAVES), DEADLINE,
@@ -124,9 +127,18 @@ def test_due_certificates_are_renewed_on_every_control_plane_and_taken_without_a
 
 
 def test_the_renewal_runs_on_control_planes_only_as_root_with_no_capability_and_only_its_secrets(api_client):
-    """Root, since the files are root's 0600 in a 0700 directory, and not one capability more."""
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
-    template = apps.read_namespaced_daemon_set("tas-certificate-renewal", "kube-system").spec.template
+    """Root, since the files are root's 0600 in a 0700 directory, and not one capability more; one
+    pod on each control plane, never two on one, and never two runs at once."""
+    cron_job = client.BatchV1Api(api_client).read_namespaced_cron_job("tas-certificate-renewal", "kube-system")
+    assert (cron_job.spec.schedule, cron_job.spec.concurrency_policy) == ("17 * * * *", "Forbid")
+    job = cron_job.spec.job_template.spec
+    assert job.completions == job.parallelism == len(real_control_planes())
+    template = job.template
+    assert template.spec.node_selector == {"node-role.kubernetes.io/control-plane": ""}
+    (apart,) = template.spec.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution
+    assert (apart.topology_key, apart.label_selector.match_labels) \
+        == ("kubernetes.io/hostname", {"app.kubernetes.io/name": "tas-certificate-renewal"})
+    assert template.spec.restart_policy == "OnFailure"
     pod, (container,) = template.spec.security_context, template.spec.containers
     assert (pod.run_as_user, pod.seccomp_profile.type) == (0, "RuntimeDefault")
     assert container.security_context.read_only_root_filesystem
@@ -134,8 +146,7 @@ def test_the_renewal_runs_on_control_planes_only_as_root_with_no_capability_and_
     assert container.security_context.capabilities.drop == ["ALL"] and not container.security_context.capabilities.add
     assert (container.resources.requests["memory"], container.resources.limits["memory"]) == ("192Mi", "384Mi")
     assert [v.host_path.path for v in template.spec.volumes if v.host_path] == [PKI]
-    nodes = {p.spec.node_name for p in core.list_namespaced_pod("kube-system", label_selector=RENEWAL).items}
-    assert nodes == set(real_control_planes())
+    assert "--once" in container.args
 
     rbac = client.RbacAuthorizationV1Api(api_client)
     (rule,) = rbac.read_cluster_role("tas-certificate-renewal").rules

@@ -4,7 +4,7 @@ Each control plane's kube-scheduler presents a client certificate to the extende
 trusts one CA; a CA per host would leave all but one scheduler unable to reach it (and with
 `ignorable: true`, scheduling without TAS, silently). Three inventory hosts on this machine
 (local connections, a PKI directory each) stand for three control planes; the Secret is left
-out (`certificates_create_secret: false`), and the renewal DaemonSet
+out (`certificates_create_secret: false`), and the renewal CronJob
 (`certificates_renewal_in_cluster: false`), so no cluster is needed.
 """
 
@@ -97,7 +97,7 @@ def test_renewal_signs_new_certificates_with_the_same_ca_on_every_host(installed
 
 
 def test_what_renew_certificates_renewed_the_role_keeps_and_copies_to_the_other_hosts(installed):
-    """The DaemonSet's renewal (tas-extender renew-certificates) on the CA host, then a playbook run:
+    """The CronJob's renewal (tas-extender renew-certificates --once) on the CA host, then a playbook run:
     the role takes the renewed certificates as its own (same key, subject, extensions, the CA's
     authority key identifier) and changes nothing there, and the other hosts get them."""
     from support import tas_extender_command

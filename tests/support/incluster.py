@@ -260,18 +260,28 @@ def demo_deployment(name: str, replicas: int) -> client.V1Deployment:
                                      template=client.V1PodTemplateSpec(metadata=template.metadata, spec=template.spec)))
 
 
-def descheduler_run_now(core: client.CoreV1Api, batch: client.BatchV1Api) -> tuple[str, int, str]:
-    """One descheduler run started now, as `kubectl create job --from=cronjob/tas-descheduler` starts
-    one: a Job from the CronJob's template, owned by it (so that its history limit removes it as
-    its own runs). Waits until the run's pod has finished; its name, its count of evictions and
-    its log. Call it with the schedule paused (descheduler_paused), so that no run of the
-    CronJob's own interleaves."""
-    cronjob = batch.read_namespaced_cron_job("tas-descheduler", "kube-system")
-    name = f"tas-descheduler-now-{uuid.uuid4().hex[:6]}"
-    owner = client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=cronjob.metadata.name,
-                                    uid=cronjob.metadata.uid, controller=True)
+def cron_job_run_now(batch: client.BatchV1Api, cron_job: str) -> str:
+    """A run of a CronJob in kube-system started now, as `kubectl create job --from=cronjob/<name>`
+    starts one: a Job from the CronJob's template, owned by it (so that its history limit and the
+    uninstall remove it as its own runs). Returns the Job's name."""
+    owner_object = batch.read_namespaced_cron_job(cron_job, "kube-system")
+    name = f"{cron_job}-now-{uuid.uuid4().hex[:6]}"
+    owner = client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=owner_object.metadata.name,
+                                    uid=owner_object.metadata.uid, controller=True)
+    labels = (owner_object.spec.job_template.metadata or client.V1ObjectMeta()).labels
     batch.create_namespaced_job("kube-system", client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, owner_references=[owner]), spec=cronjob.spec.job_template.spec))
+        metadata=client.V1ObjectMeta(name=name, labels=labels,
+                                     annotations={"cronjob.kubernetes.io/instantiate": "manual"},
+                                     owner_references=[owner]),
+        spec=owner_object.spec.job_template.spec))
+    return name
+
+
+def descheduler_run_now(core: client.CoreV1Api, batch: client.BatchV1Api) -> tuple[str, int, str]:
+    """One descheduler run started now (cron_job_run_now). Waits until the run's pod has finished;
+    its name, its count of evictions and its log. Call it with the schedule paused
+    (descheduler_paused), so that no run of the CronJob's own interleaves."""
+    name = cron_job_run_now(batch, "tas-descheduler")
 
     def finished() -> client.V1Pod | None:
         pods = core.list_namespaced_pod("kube-system", label_selector=f"batch.kubernetes.io/job-name={name}").items

@@ -72,11 +72,12 @@ def test_no_cluster_wide_rbac_of_ours(api_client):
 
 
 def test_nothing_of_ours_in_kube_system(api_client):
-    """The descheduler's CronJob, the certificate renewal's DaemonSet (its pods gone with it) and
-    service account, and what either runs with."""
+    """The descheduler's CronJob, the certificate renewal's CronJob (its Jobs and pods gone with it)
+    and service account, and what either runs with."""
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     apps, rbac = client.AppsV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
     left = ([f"CronJob/{c.metadata.name}" for c in batch.list_namespaced_cron_job("kube-system").items]
+            + [f"Job/{j.metadata.name}" for j in batch.list_namespaced_job("kube-system").items]
             + [f"DaemonSet/{d.metadata.name}" for d in apps.list_namespaced_daemon_set("kube-system").items]
             + [f"Pod/{p.metadata.name}" for p in core.list_namespaced_pod(
                 "kube-system", label_selector="app.kubernetes.io/name=tas-certificate-renewal").items]

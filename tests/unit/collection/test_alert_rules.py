@@ -35,7 +35,7 @@ BUCKET = "tas_extender_request_duration_seconds_bucket"
 
 CERTIFICATE_EXPIRING = (
     "The {certificate} certificate expires in 10d 0h 0m 0s. The certificates role renews a certificate that expires"
-    " within 30 days when it runs, and on the control planes the DaemonSet tas-certificate-renewal does between runs:"
+    " within 30 days when it runs, and on the control planes the CronJob tas-certificate-renewal does between runs:"
     " see its log, or run the role, before the scheduler can no longer reach the extender.")
 
 
