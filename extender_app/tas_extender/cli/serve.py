@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported in `serve`: the other subcommands need neither a s
     from tas_extender.certs.tls import PeerCertificates
     from tas_extender.cluster.annotator import Annotator
     from tas_extender.cluster.controller import Controller
+    from tas_extender.cluster.descheduler_runs import DeschedulerRuns
     from tas_extender.cluster.leader import LeaseElector
     from tas_extender.cluster.requeue import Requeuer
     from tas_extender.cluster.sync import SyncLoop
@@ -101,6 +102,7 @@ class ServeSettings:
     certificate_warning: float
     advertise_resource: ExtendedResource | None
     requeue_on_recovery: bool
+    descheduler_cron_job: str
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -172,6 +174,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             "leader writes the time into its annotation telemetry.intel.com/recovered-at, so that "
                             "kube-scheduler tries the pods waiting for a node again at once rather than within 5 "
                             "minutes (on)")
+    serve.add_argument("--descheduler-cron-job", type=cron_job_name, default="", metavar="NAMESPACE/NAME",
+                       help="the descheduler's CronJob: when a node starts violating a policy's deschedule rules, "
+                            "the leader starts a run of it at once (a Job from its template, at most one at a time, "
+                            "runs at least 20 s apart, none while it is suspended), so that evictions follow in "
+                            "seconds rather than on its schedule (off: empty)")
     load = serve.add_argument_group("load-aware mode (crane's Dynamic Scheduler; off unless --load-aware)")
     load.add_argument("--load-aware", action="store_true",
                       help="filter and score every pod (but DaemonSet pods) by node load")
@@ -181,6 +188,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="Prometheus with the load recording rules: the leader annotates nodes from it")
     load.add_argument("--load-weight", type=float, default=1.0,
                       help="weight of the load score against a TASPolicy's own score (weight 1)")
+
+
+def cron_job_name(text: str) -> str:
+    """--descheduler-cron-job's NAMESPACE/NAME, or empty."""
+    namespace, slash, name = text.partition("/")
+    if text and not (slash and namespace and name and "/" not in name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME (e.g. kube-system/tas-descheduler)")
+    return text
 
 
 def extended_resource(text: str) -> ExtendedResource:
@@ -202,6 +217,7 @@ class ClusterParts:
     audit_events: PodEvents | None = None  # pod Events of audit-mode policies
     expiry: ExpiryEvents | None = None  # Warning Events ahead of certificate expiry
     requeuer: Requeuer | None = None  # annotates the nodes that pass again (--requeue-on-recovery)
+    descheduler_runs: DeschedulerRuns | None = None  # a run when a node starts violating (--descheduler-cron-job)
 
 
 def _cluster_client(settings: ServeSettings) -> ApiClient | None:
@@ -268,11 +284,18 @@ def _start_cluster_parts(settings: ServeSettings, api_client: ApiClient, nodes: 
 
         requeuer = Requeuer(rejections_of(lambda: engine.view, engine.store.policies, load),
                             controller.core.patch_node, telemetry.requeue_patches)
+    descheduler_runs = None
+    if settings.descheduler_cron_job:
+        from tas_extender.cluster.descheduler_runs import CronJobRuns, DeschedulerRuns, violations
+
+        descheduler_runs = DeschedulerRuns(
+            lambda names: violations(engine.view, engine.store.policies(), names),
+            CronJobRuns(client.BatchV1Api(api_client), settings.descheduler_cron_job), telemetry.descheduler_runs)
     controller.start(policies=not settings.policy_files, pods=load)
     audit_events = PodEvents(controller.core)
     audit_events.start()
     expiry = None if peers is None else _start_expiry_events(settings, controller, elector, peers)
-    return ClusterParts(controller, elector, load, annotator, audit_events, expiry, requeuer)
+    return ClusterParts(controller, elector, load, annotator, audit_events, expiry, requeuer, descheduler_runs)
 
 
 def _start_expiry_events(settings: ServeSettings, controller: Controller, elector: LeaseElector | None,
@@ -406,7 +429,8 @@ def serve_until_stopped(settings: ServeSettings) -> int:
     cluster = ClusterParts() if api_client is None or nodes is None else _start_cluster_parts(
         settings, api_client, nodes, engine, telemetry, load_policy, peers)
     sync = SyncLoop(store, cache, engine, settings.sync_period, cluster.controller, cluster.annotator,
-                    load_aware=load_policy is not None, requeuer=cluster.requeuer)
+                    load_aware=load_policy is not None, requeuer=cluster.requeuer,
+                    descheduler_runs=cluster.descheduler_runs)
     sync.start()
 
     readiness = functools.partial(_not_ready, store, cache, source, cluster.controller, sync.decided)

@@ -14,6 +14,7 @@ from tas_extender.decide.store import PolicyStore
 if TYPE_CHECKING:  # both import the Kubernetes client, which serving from files does not need
     from tas_extender.cluster.annotator import Annotator
     from tas_extender.cluster.controller import Controller
+    from tas_extender.cluster.descheduler_runs import DeschedulerRuns
     from tas_extender.cluster.requeue import Requeuer
 
 log = logging.getLogger(__name__)
@@ -24,10 +25,11 @@ class SyncLoop:
 
     def __init__(self, store: PolicyStore, cache: MetricCache, engine: Engine, period: float,
                  controller: Controller | None = None, annotator: Annotator | None = None,
-                 load_aware: bool = False, requeuer: Requeuer | None = None):
+                 load_aware: bool = False, requeuer: Requeuer | None = None,
+                 descheduler_runs: DeschedulerRuns | None = None):
         self.store, self.cache, self.engine, self.period = store, cache, engine, period
         self.controller, self.annotator, self.load_aware = controller, annotator, load_aware
-        self.requeuer = requeuer
+        self.requeuer, self.descheduler_runs = requeuer, descheduler_runs
         self._load_annotations_removed = False
         self._stop = threading.Event()
         self._decided = threading.Event()
@@ -40,8 +42,9 @@ class SyncLoop:
 
     def run_once(self) -> None:
         """Refresh the metric cache and the engine's view; once the nodes are listed, follow which
-        nodes pass again (the requeuer), and as leader reconcile labels and policy status, write (or,
-        with the mode off, remove) load annotations and annotate the nodes that pass again."""
+        nodes pass again (the requeuer) and which violate, and as leader reconcile labels and policy
+        status, write (or, with the mode off, remove) load annotations, annotate the nodes that pass
+        again and start a descheduler run when a node starts violating (after its label is written)."""
         policies_listed = self.store.synced
         self.cache.refresh(self.store.metric_names())
         self.engine.rebuild()
@@ -62,6 +65,8 @@ class SyncLoop:
         # decided one (before it, filter rejected no pod: it answered an Error).
         if self.requeuer is not None and self.decided():
             self.requeuer.sync(controller.nodes.names(), leader)
+        if self.descheduler_runs is not None and self.decided():
+            self.descheduler_runs.sync(controller.nodes.names(), leader)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -85,6 +85,13 @@ class Telemetry:
             registry=self.registry)
         for result in ("sent", "failed"):
             self.requeue_patches.labels(result)
+        self.descheduler_runs = Counter(
+            "tas_extender_descheduler_runs",
+            "Runs of the descheduler's CronJob the leader started because a node started violating a policy's"
+            " deschedule rules (--descheduler-cron-job), by result: started, failed (tried again next sync round)",
+            ["result"], registry=self.registry)
+        for result in ("started", "failed"):
+            self.descheduler_runs.labels(result)
 
     def certificates(self, expiries: dict[str, float]) -> None:
         """tls.CertificateReloader's report."""

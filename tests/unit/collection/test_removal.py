@@ -17,7 +17,7 @@ ROLES = pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_c
 TEMPLATES = {
     "certificates": ["renewal.yaml.j2"],
     "descheduler": ["cronjob.yaml.j2"],
-    "extender": ["deployment.yaml.j2", "node-patch-policy.yaml.j2", "rbac.yaml.j2"],
+    "extender": ["deployment.yaml.j2", "descheduler-runs.yaml.j2", "node-patch-policy.yaml.j2", "rbac.yaml.j2"],
     "node_exporter": ["daemonset.yaml.j2"],
     "prometheus": ["kubernetes.yaml.j2", "operator.yaml.j2"],
     "prometheus_adapter": ["apiservice.yaml.j2"],

@@ -65,10 +65,12 @@ CONDITIONS = ("when", "that", "until", "changed_when", "failed_when")
 # host_service is called with its variables (include_role vars), which is its interface.
 CALLED_WITH_ARGUMENTS = {"host_service"}
 # The certificates role issues what the second scheduler mounts and renews with the extender's
-# image: it follows those roles' own switches, so that each is one setting, and reads nothing
-# else of theirs (tests/unit/collection/test_role_defaults.py checks its fallbacks).
+# image, and the extender starts runs of the descheduler's CronJob in the descheduler's namespace:
+# each follows those roles' own switches, so that each is one setting, and reads nothing else of
+# theirs (tests/unit/collection/test_role_defaults.py checks their fallbacks).
 FOLLOWS = {"certificates": {"scheduler_config_mode", "scheduler_config_second_scheduler_client_secret",
-                            "extender_image", "extender_version"}}
+                            "extender_image", "extender_version"},
+           "extender": {"descheduler_namespace"}}
 
 
 def _expressions(path: pathlib.Path) -> list[str]:

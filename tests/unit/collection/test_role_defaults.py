@@ -82,6 +82,16 @@ def test_the_renewal_runs_the_extenders_image(extra_vars, expected):
     assert rendered("certificates", "certificates_renewal_image", **extra_vars) == expected
 
 
+@pytest.mark.parametrize(("extra_vars", "expected"), [
+    pytest.param({}, "kube-system/tas-descheduler", id="the descheduler role's CronJob"),
+    pytest.param({"descheduler_namespace": "descheduling"}, "descheduling/tas-descheduler",
+                 id="in the descheduler's namespace"),
+    pytest.param({"extender_descheduler_cron_job": ""}, "", id="empty: the schedule alone"),
+])
+def test_the_extender_starts_runs_of_the_descheduler_roles_cron_job(extra_vars, expected):
+    assert rendered("extender", "extender_descheduler_cron_job", **extra_vars) == expected
+
+
 def test_the_readmes_registry_recipe_builds_this_version():
     readme = (ROLES.parents[4] / "README.md").read_text()
     tags = re.findall(r"tas-extender:([0-9][^\s`]*)", readme)

@@ -125,11 +125,20 @@ def test_every_serve_flag_is_a_setting_and_every_setting_a_flag():
 
 
 @pytest.mark.parametrize("flags", [["--max-connections", "0"], ["--max-connections", "many"],
-                                   ["--header-timeout", "0s"], ["--body-timeout", "-1"]])
+                                   ["--header-timeout", "0s"], ["--body-timeout", "-1"],
+                                   ["--descheduler-cron-job", "tas-descheduler"],
+                                   ["--descheduler-cron-job", "kube-system/"],
+                                   ["--descheduler-cron-job", "a/b/c"]])
 def test_bad_deadlines_and_caps_are_refused(flags, capsys):
     with pytest.raises(SystemExit):
         parser().parse_args([*SERVE, *flags])
     assert flags[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "cron_job"), [([], ""), (["--descheduler-cron-job", "kube-system/tas-descheduler"],
+                                                             "kube-system/tas-descheduler")])
+def test_the_descheduler_runs_on_violation_only_when_its_cron_job_is_named(flags, cron_job):
+    assert ServeSettings.from_args(parser().parse_args([*SERVE, *flags])).descheduler_cron_job == cron_job
 
 
 def test_the_collection_ships_exactly_the_crd_the_model_generates():
