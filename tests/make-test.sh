@@ -66,9 +66,9 @@ stage venv prometheus-tools
 # running (`make demo`'s) goes down now rather than at the real-node scenarios' create, so that
 # it takes no CPU later.
 stage unit lint "cluster kind" real-cluster-down
-# The two clusters side by side: the real-node one brought up once for every phase (the roles'
-# defaults, the upgrade from the previous release, the cluster as a managed one), taken down and
-# the host compared; beside it, on the KWOK cluster, the integration tests and then the KWOK
+# The two clusters side by side: the real-node one brought up for the roles' defaults (the
+# upgrade and managed phases are `make realnode-phases`, outside for time), taken down and the
+# host compared; beside it, on the KWOK cluster, the integration tests and then the KWOK
 # scenario (the demo with every service on the host). The real-node cluster waits on its timers
 # (scrape, sync, the descheduler's minute) much of the time, which is when the KWOK side runs.
 # Nothing is shared: the KWOK cluster lives in its own directory on 127.0.0.1, the real-node
