@@ -109,15 +109,15 @@ molecule: venv ## The health-metric demo end to end on the KWOK cluster: cluster
 # unpacks the previous release's tree there), and under a name without the cluster's markers
 # (tests/realnode/host_state.py would count molecule's own processes as the cluster's).
 REALNODE_MOLECULE_DIR := $(HOME)/.local/state/tas-molecule-realnode
+REALNODE_SCENARIOS := default
 realnode: venv ## Real nodes: the roles' defaults (site.yml twice, the demo, tests, uninstall); down (host as before)
 	rm -rf $(REALNODE_MOLECULE_DIR)
-	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default
+	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test $(addprefix -s ,$(REALNODE_SCENARIOS))
 
-# Not in make test: with these two make test took 94 minutes on the 2-core machine (5644 s,
+# Not in make test: with these two make test took 94 minutes on the 2-core machine (5645 s,
 # warm caches), over CI's 90; the default scenario alone keeps it near 67.
-realnode-phases: venv ## Real nodes, the three scenarios on one cluster: the defaults, the upgrade from the previous release, the cluster as a managed one
-	rm -rf $(REALNODE_MOLECULE_DIR)
-	$(ON_REAL_CLUSTER) MOLECULE_EPHEMERAL_DIRECTORY=$(REALNODE_MOLECULE_DIR) molecule test -s default -s upgrade -s managed
+realnode-phases: ## Real nodes, the three scenarios on one cluster: the defaults, the upgrade from the previous release, the cluster as a managed one
+	$(MAKE) realnode REALNODE_SCENARIOS="default upgrade managed"
 
 # kind on this machine: no registry answers and `--privileged` needs a capability the machine
 # lacks, so the node image is built from the project's binaries and the role starts a Docker
