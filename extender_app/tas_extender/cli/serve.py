@@ -30,6 +30,7 @@ from tas_extender.cli.common import (
     metric_source,
     positive_int,
 )
+from tas_extender.cli.memory import start_releasing
 from tas_extender.cluster.advertise import DEFAULT as DEFAULT_RESOURCE
 from tas_extender.cluster.advertise import ExtendedResource
 from tas_extender.decide.policy import PolicyError
@@ -432,6 +433,8 @@ def serve_until_stopped(settings: ServeSettings) -> int:
                     load_aware=load_policy is not None, requeuer=cluster.requeuer,
                     descheduler_runs=cluster.descheduler_runs)
     sync.start()
+    # for the process's life: glibc keeps what the client's lists freed otherwise
+    start_releasing()
 
     readiness = functools.partial(_not_ready, store, cache, source, cluster.controller, sync.decided)
     app = create_app(engine, telemetry, settings.max_body_bytes, readiness,
