@@ -24,6 +24,7 @@ from support.incluster import (DEADLINE, DEMO_NS, EXTENDER_NS, crowd_node_1, des
 
 CRON_JOB, NAMESPACE = "tas-descheduler", "kube-system"
 STARTED_FOR = "telemetry.intel.com/started-for"
+RUN_LABEL = "telemetry.intel.com/descheduler-run"
 EXTENDER = f"system:serviceaccount:{EXTENDER_NS}:tas-extender"
 # From the label on node-1 to its pods evicted: a sync round or two, a Job's pod started, one
 # descheduler cycle. The benchmark measures it (make bench); the scheduled run is a year away.
@@ -72,6 +73,7 @@ def test_a_node_that_starts_violating_loses_its_pods_to_a_run_the_extender_start
                 assert job.spec.template.spec.containers[0].command \
                     == cron_job.spec.job_template.spec.template.spec.containers[0].command
                 assert "node-1 violates health-metric-demo/demo-policy" in job.metadata.annotations[STARTED_FOR]
+                assert job.metadata.labels[RUN_LABEL] == CRON_JOB
             # the Deployment's replacements run elsewhere, kept off node-1 by their required node affinity
             wait_for(lambda: len([p for p in ready_pods(core, DEMO_NS, f"app={name}")
                                   if p.spec.node_name != "node-1"]) == 2,
@@ -86,24 +88,40 @@ def _as_the_extender(api_client) -> client.BatchV1Api:
                                               header_value=EXTENDER))
 
 
-@pytest.mark.parametrize("change", ["another pod template", "not owned by the CronJob"])
+@pytest.mark.parametrize("change", ["another pod template", "not owned by the CronJob", "without the run label"])
 def test_the_extenders_account_may_create_no_other_job(api_client, change):
-    """What RBAC cannot say (any Job in kube-system could run any pod there), the admission policy
-    does: with the extender's credentials, only a run of the CronJob with its own pod template."""
+    """What RBAC cannot say (any Job in kube-system could run any pod there), the admission policies
+    do: with the extender's credentials, only a run of the CronJob, labelled as one, with its own
+    pod template."""
     batch = client.BatchV1Api(api_client)
     cron_job = batch.read_namespaced_cron_job(CRON_JOB, NAMESPACE)
     spec = cron_job.spec.job_template.spec
     owners = [client.V1OwnerReference(api_version="batch/v1", kind="CronJob", name=CRON_JOB,
                                       uid=cron_job.metadata.uid, controller=True)]
+    labels = {RUN_LABEL: CRON_JOB}
     if change == "another pod template":
         spec.template.spec.containers[0].command = ["cat", "/var/run/secrets/kubernetes.io/serviceaccount/token"]
-    else:
+    elif change == "not owned by the CronJob":
         owners = []
-    job = client.V1Job(metadata=client.V1ObjectMeta(generate_name="not-a-run-", owner_references=owners), spec=spec)
+    else:
+        labels = {}
+    job = client.V1Job(metadata=client.V1ObjectMeta(generate_name="not-a-run-", owner_references=owners,
+                                                    labels=labels), spec=spec)
     with pytest.raises(ApiException) as refused:
         _as_the_extender(api_client).create_namespaced_job(NAMESPACE, job)
     assert refused.value.status == 403, refused.value
-    expected = ("only from the pod template of the CronJob" if change == "another pod template"
-                else "only as a run of the CronJob")
-    assert "tas-extender-descheduler-runs" in refused.value.body and expected in refused.value.body, \
-        refused.value.body
+    policy, expected = (("tas-extender-descheduler-run-template", "only from the pod template of the CronJob")
+                        if change == "another pod template"
+                        else ("tas-extender-descheduler-runs", "only as a run of the CronJob"))
+    assert policy in refused.value.body and expected in refused.value.body, refused.value.body
+
+
+def test_jobs_of_anyone_else_are_left_to_rbac(api_client):
+    """The policies match the extender's account and its labelled runs only: a Job of the cluster
+    admin's in the same namespace, unlabelled and of any template, is created (on the server, dry run)."""
+    pod = client.V1PodSpec(restart_policy="Never",
+                           containers=[client.V1Container(name="main", image="registry.k8s.io/pause:3.10.2")])
+    job = client.V1Job(metadata=client.V1ObjectMeta(generate_name="someone-elses-"),
+                       spec=client.V1JobSpec(template=client.V1PodTemplateSpec(spec=pod)))
+    created = client.BatchV1Api(api_client).create_namespaced_job(NAMESPACE, job, dry_run="All")
+    assert created.metadata.name.startswith("someone-elses-")

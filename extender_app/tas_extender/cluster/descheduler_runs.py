@@ -44,7 +44,14 @@ log = logging.getLogger(__name__)
 MIN_INTERVAL = 20.0  # seconds between two runs started here
 # On each Job started here: what it was started for ("node-1 violates ns/policy, ...").
 STARTED_FOR_ANNOTATION = "telemetry.intel.com/started-for"
+# On each run started here, valued the CronJob's name: the admission policy that compares a run
+# with the CronJob's template matches only Jobs with it (the extender role's descheduler-runs.yaml.j2)
+RUN_LABEL = "telemetry.intel.com/descheduler-run"
 LOOK_AGAIN = 300.0  # seconds before a missing CronJob is looked for again
+# The API server's refusals of a Job: 403 (RBAC, or the admission policy's reason Forbidden) and
+# 422 (an admission policy that could not be evaluated: kube-apiserver v1.36 loses a policy's
+# parameter after its binding was deleted once, kubernetes/kubernetes#130887)
+REFUSED = frozenset({403, 422})
 
 Violations = frozenset[tuple[str, str]]  # (policy key, node)
 
@@ -114,7 +121,7 @@ class CronJobRuns:
             "metadata": {
                 "generateName": f"{self.name}-now-",
                 "namespace": self.namespace,
-                "labels": metadata.get("labels") or {},
+                "labels": {**(metadata.get("labels") or {}), RUN_LABEL: self.name},
                 "annotations": {**(metadata.get("annotations") or {}),
                                 "cronjob.kubernetes.io/instantiate": "manual",
                                 STARTED_FOR_ANNOTATION: reason[:1000]},
@@ -168,10 +175,16 @@ class DeschedulerRuns:
                 return None  # its pods may have listed the nodes before the label: one more run after it
             assert cron_job is not None
             name = self.runs.start(cron_job, _named(self._waiting))
-        except Exception as error:  # noqa: BLE001 - a failed start is tried again next round
+        except Exception as error:  # noqa: BLE001 - a failed start is tried again
             self.failed.inc()
-            log.warning("starting a run of CronJob %s failed (%s); trying again next sync round", where,
-                        api_error(error))
+            if getattr(error, "status", None) in REFUSED:
+                # an admission policy's or RBAC's answer stays the same for a while: not every round
+                self._last = clock
+                log.warning("starting a run of CronJob %s was refused (%s); trying again in %.0f s, and the "
+                            "CronJob's schedule runs meanwhile", where, api_error(error), self.min_interval)
+            else:
+                log.warning("starting a run of CronJob %s failed (%s); trying again next sync round", where,
+                            api_error(error))
             return None
         self.started.inc()
         self._last = clock

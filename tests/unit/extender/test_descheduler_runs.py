@@ -208,3 +208,25 @@ def test_a_failed_start_is_counted_logged_and_tried_again_next_round(runs, caplo
     clock.now += 2
     assert trigger.sync(NODES, leader=True) == "tas-descheduler-now-0"
     assert _counts(telemetry) == {"started": 1, "failed": 1}
+
+
+def test_a_refused_start_is_tried_again_after_the_interval_not_every_round(runs, caplog):
+    """An admission policy's refusal (403, or 422 where kube-apiserver lost the policy's parameter)
+    does not change from one sync round to the next: one warning per interval, not per round."""
+    from kubernetes.client.rest import ApiException
+
+    trigger, rounds, cron_job, clock, telemetry = runs
+    trigger.sync(NODES, leader=True)
+    cron_job.failing = ApiException(status=422, reason="Unprocessable Entity")
+    rounds.set((A, "node-1"))
+    with caplog.at_level(logging.WARNING, logger="tas_extender.cluster.descheduler_runs"):
+        assert trigger.sync(NODES, leader=True) is None
+        clock.now += 2
+        assert trigger.sync(NODES, leader=True) is None
+    assert len(caplog.records) == 1 and "was refused" in caplog.records[0].getMessage()
+    assert "trying again in 20 s" in caplog.records[0].getMessage()
+    assert cron_job.asked == 1
+    cron_job.failing = None
+    clock.now += 20
+    assert trigger.sync(NODES, leader=True) == "tas-descheduler-now-0"
+    assert _counts(telemetry) == {"started": 1, "failed": 1}
