@@ -145,7 +145,8 @@ class DeschedulerRuns:
         self.started, self.failed = started.labels("started"), started.labels("failed")
         self._before: Violations | None = None
         self._waiting: Violations = frozenset()  # violations new since the last run started here
-        self._last: float | None = None  # when this process last started a run
+        # when this process last started a run, or was refused one: the next try waits min_interval
+        self._last: float | None = None
         self._missing_until = 0.0
 
     def sync(self, nodes: Collection[str], leader: bool) -> str | None:
