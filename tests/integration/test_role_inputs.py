@@ -25,6 +25,7 @@ from support import DEFAULT_CLUSTER_DIR
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PLAYBOOK_TIMEOUT = 120
 ARGSPEC = "Validating arguments against arg spec 'main'"
+REGISTRY_CHECK = "Check the registry the images are pulled from"
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,26 @@ CASES = [
     Case("second scheduler named as the default one", "scheduler_config",
          {"scheduler_config_mode": "second_scheduler", "scheduler_config_second_scheduler_name": "default-scheduler"},
          "Check the second scheduler's settings", ("scheduler_config_second_scheduler_name", "default-scheduler")),
+    # The registry settings are the collection's: every role that runs pods checks them first.
+    Case("registry given as a URL", "extender", {"tas_image_registry": "https://registry.example.com"},
+         REGISTRY_CHECK, ("no scheme (https://)", "Got 'https://registry.example.com'")),
+    Case("registry with a trailing slash", "node_exporter", {"tas_image_registry": "registry.example.com/mirror/"},
+         REGISTRY_CHECK, ("no trailing slash", "Got 'registry.example.com/mirror/'")),
+    Case("registry a runtime would take for a Docker Hub account", "prometheus", {"tas_image_registry": "mirror/images"},
+         REGISTRY_CHECK, ("would be taken for a Docker Hub account", "Got 'mirror/images'")),
+    Case("registry password without a user", "descheduler",
+         {"tas_image_registry": "registry.example.com", "tas_image_registry_password": "s3cret-password"},
+         "Check the registry credentials", ("go together", "a password set"), not_says=("s3cret-password",)),
+    Case("registry credentials without a registry", "certificates",
+         {"tas_image_registry_username": "robot", "tas_image_registry_password": "s3cret-password"},
+         "Check the registry credentials", ("for the registry tas_image_registry names", "registry ''"),
+         not_says=("s3cret-password",)),
+    Case("pull Secret that is not a name", "health_metric_demo", {"tas_image_pull_secrets": ["My Registry"]},
+         "Check the names of the pull Secrets", ("tas_image_pull_secrets", "My Registry")),
+    Case("registry user with a colon", "scheduler_config",
+         {"tas_image_registry": "registry.example.com", "tas_image_registry_username": "robot:ci",
+          "tas_image_registry_password": "s3cret-password"},
+         "Check the registry credentials", ("The username may not contain a colon",), not_says=("s3cret-password",)),
 ]
 
 

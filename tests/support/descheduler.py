@@ -1,6 +1,6 @@
 """The descheduler role's templates rendered as Ansible renders them (Jinja with the plugins they
-use), for the unit tests of what they hold and the integration test that the real descheduler
-accepts them."""
+use, the collection's filters among them), for the unit tests of what they hold and the
+integration test that the real descheduler accepts them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from ansible.plugins.filter.core import to_bool
 from ansible.plugins.test.core import version_compare
 
 from .paths import REPO
+from .render import collection_filters
 
 ROLE = REPO / "collections/ansible_collections/intel/tas/roles/descheduler"
 DEFAULTS = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
@@ -22,6 +23,7 @@ def template_environment() -> jinja2.Environment:
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
     environment.tests["version"] = version_compare
     environment.filters.update(to_json=json.dumps, bool=to_bool)
+    environment.filters.update(collection_filters())
     return environment
 
 

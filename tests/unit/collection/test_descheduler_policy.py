@@ -61,10 +61,13 @@ def test_the_v1alpha1_format_gets_the_caps_it_knows():
 
 
 def cronjob(**overrides) -> dict[str, dict]:
-    """The kubernetes mode's objects by kind, the policy itself left out (rendered above)."""
+    """The kubernetes mode's objects by kind, the policy itself left out (rendered above); the image
+    and pull Secrets as the defaults give them with no registry (test_image_registry.py renders them)."""
     environment = template_environment()
     environment.globals["lookup"] = lambda kind, name: "{}"
-    text = environment.from_string((ROLE / "templates/cronjob.yaml.j2").read_text()).render({**DEFAULTS, **overrides})
+    values = {**DEFAULTS, "descheduler_image": "registry.k8s.io/descheduler/descheduler",
+              "_descheduler_image_pull_secrets": [], **overrides}
+    text = environment.from_string((ROLE / "templates/cronjob.yaml.j2").read_text()).render(values)
     return {document["kind"]: document for document in yaml.safe_load_all(text) if document}
 
 

@@ -1,7 +1,8 @@
 """Role defaults that follow other settings render to what the roles that read them expect.
 
-Each role's defaults/main.yml is rendered with Jinja, as a play would with the given extra vars,
-with no other role's defaults loaded (site.yml runs the certificates role in a play of its own).
+Each role's defaults/main.yml is rendered with Jinja and the collection's filters, as a play
+would with the given extra vars, with no other role's defaults loaded (site.yml runs the
+certificates role in a play of its own).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import jinja2
 import pytest
 import yaml
 
+from support.render import collection_filters
+
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "collections" / "ansible_collections" / "intel" / "tas" / "roles"
 JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined)
+JINJA.filters.update(collection_filters())
 
 
 def defaults(role: str) -> dict:
