@@ -5,19 +5,15 @@ collection's filters, for templates rendered with Jinja alone."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
 import yaml
 
 from .paths import REPO
+from .playbook import run_playbooks
 
 COLLECTION = REPO / "collections/ansible_collections/intel/tas"
-ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 
 def rendered(role: pathlib.Path, expression: str, values: dict):
@@ -45,21 +41,9 @@ def rendered_each(renders: list[tuple[pathlib.Path, str, dict]]) -> list:
             }]
             (directory / "render.yml").write_text(yaml.safe_dump(play))
             playbooks.append(str(directory / "render.yml"))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json")
-        run = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", *playbooks],
-                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        run, plays = run_playbooks(playbooks, "-i", "localhost,")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    # the json callback reports after each playbook, every play so far: the last report holds them all
-    return [play["tasks"][0]["hosts"]["localhost"]["msg"] for play in _reports(run.stdout)[-1]["plays"]]
-
-
-def _reports(output: str) -> list[dict]:
-    """The json callback's reports, one after the other."""
-    decoder, reports, at = json.JSONDecoder(), [], 0
-    while output[at:].strip():
-        report, at = decoder.raw_decode(output, at + len(output[at:]) - len(output[at:].lstrip()))
-        reports.append(report)
-    return reports
+    return [play["tasks"][0]["hosts"]["localhost"]["msg"] for play in plays]
 
 
 def collection_filters() -> dict:
