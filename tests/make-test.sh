@@ -9,6 +9,8 @@ set -uo pipefail
 
 : "${TAS_TEST_DURATIONS:?run through make test}" "${TAS_TEST_FAILURES:?run through make test}"
 make=("${MAKE:-make}" --no-print-directory)
+# Each playbook's run time in the output (molecule's phases are one playbook each).
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.timer
 logs=$(dirname "$TAS_TEST_DURATIONS")
 rm -f "$TAS_TEST_FAILURES" "$TAS_TEST_DURATIONS"
 mkdir -p "$logs"
@@ -32,12 +34,24 @@ side_by_side() {
   return "$status"
 }
 
-# stage "GROUP"...: one stage, timed; the run stops at the first stage that fails.
+# cpu_ticks: the machine's busy and total CPU ticks since boot (the first line of /proc/stat).
+cpu_ticks() {
+  local _ user nice system idle iowait rest
+  read -r _ user nice system idle iowait rest </proc/stat
+  echo "$((user + nice + system)) $((user + nice + system + idle + iowait))"
+}
+
+# stage "GROUP"...: one stage, timed, with how busy the CPUs were meanwhile (a stage near 100 %
+# is shortened only by less work, not by more side by side); the run stops at the first stage
+# that fails.
 stage() {
-  local start=$SECONDS rc=0 name
+  local start=$SECONDS rc=0 name busy0 total0 busy1 total1
   name=$(IFS=,; echo "$*")
+  read -r busy0 total0 < <(cpu_ticks)
   side_by_side "$@" || rc=$?
-  echo "stage $name: $((SECONDS - start)) s, exit $rc" | tee -a "$TAS_TEST_DURATIONS"
+  read -r busy1 total1 < <(cpu_ticks)
+  echo "stage $name: $((SECONDS - start)) s, exit $rc, CPU $(((busy1 - busy0) * 100 / (total1 - total0 + 1))) % busy" |
+    tee -a "$TAS_TEST_DURATIONS"
   if [ "$rc" != 0 ]; then
     finish "make test failed at stage $name"
   fi
