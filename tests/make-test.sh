@@ -9,8 +9,6 @@ set -uo pipefail
 
 : "${TAS_TEST_DURATIONS:?run through make test}" "${TAS_TEST_FAILURES:?run through make test}"
 make=("${MAKE:-make}" --no-print-directory)
-# Each playbook's run time in the output (molecule's phases are one playbook each).
-export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.timer
 logs=$(dirname "$TAS_TEST_DURATIONS")
 rm -f "$TAS_TEST_FAILURES" "$TAS_TEST_DURATIONS"
 mkdir -p "$logs"
